@@ -1,42 +1,521 @@
-"""Target descriptions of the nmp machine (placeholder: the full TargetSpec is being written)."""
+"""Target descriptions of the nmp machine.
+
+A `TargetSpec` is the single source of the machine's numbers: the compiler reads it to plan
+scratchpad buffers and DMA descriptors, the simulator to charge time, the tuner to rank configs,
+and the CLI to show roofline bounds. Presets ship as TOML files in `triton_nmp/targets/`; a user
+describes another machine with a TOML file of the same schema.
+
+TOML schema (every key is required; units in the names):
+
+    name = "nmp-64"
+    [mesh]       rows, cols                                   (PUs, XY-routed 2-D mesh)
+    [clock]      ghz
+    [scratchpad] bytes                                        (per PU)
+    [bank]       bytes, bytes_per_cycle                       (the PU's own DRAM bank)
+    [dma]        setup_cycles, granule_bytes, alignment_bytes, max_descriptor_bytes, max_in_flight
+    [matrix]     fp16_macs_per_cycle, bf16_macs_per_cycle, fp32_macs_per_cycle, int8_macs_per_cycle
+    [vector]     fp32_lanes
+    [noc]        link_bytes_per_cycle, hop_cycles, remote_read_bytes_per_cycle
+    [launch]     overhead_us
+
+The dataclass is flat (`dma_setup_cycles` <-> `dma.setup_cycles`) so that hot timing code reads
+plain attributes; each field's metadata holds its TOML path, unit and constraint, and that one
+table drives loading, validation, error messages, `to_toml()` and the CLI listing.
+"""
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+import math
+import os
+import re
+import sys
+import threading
+from dataclasses import dataclass, field, fields
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from triton_nmp.errors import NMPTargetError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10 needs the tomli backport
+    import tomli as tomllib
+
+__all__ = [
+    "DEFAULT_TARGET",
+    "ENV_VAR",
+    "DTYPES",
+    "FieldInfo",
+    "TargetSpec",
+    "active_target",
+    "available_presets",
+    "canonical_dtype",
+    "set_active_target",
+]
+
+DEFAULT_TARGET = "nmp-64"
+ENV_VAR = "TRITON_NMP_TARGET"
+PRESET_DIR = Path(__file__).resolve().parent / "targets"
+
+#: dtypes the matrix unit has a rate for, in display order.
+DTYPES: tuple[str, ...] = ("fp16", "bf16", "fp32", "int8")
+
+# Constraint kinds: what a value must satisfy, and how to say so in an error message.
+_POSITIVE = "positive"
+_NONNEGATIVE = "nonnegative"
+_POW2 = "power-of-two"
+_NAME = "name"
+
+
+def _f(default: Any, toml: str, unit: str, check: str, doc: str) -> Any:
+    """A dataclass field carrying its TOML path, unit and constraint (see module docstring)."""
+    return field(default=default, metadata={"toml": toml, "unit": unit, "check": check, "doc": doc})
 
 
 @dataclass(frozen=True)
 class TargetSpec:
-    name: str = "nmp-64"
-    mesh_rows: int = 8
-    mesh_cols: int = 8
-    clock_ghz: float = 1.0
-    spm_bytes: int = 256 * 1024
+    """Parameters of one nmp machine (all rates are per PU unless the name says otherwise).
+
+    Defaults equal the `nmp-64` preset, so `TargetSpec()` and `dataclasses.replace(spec, ...)` give
+    valid specs for quick experiments; values are validated on construction as well as on load.
+    """
+
+    name: str = _f("nmp-64", "name", "", _NAME, "target name")
+    mesh_rows: int = _f(8, "mesh.rows", "PUs", _POSITIVE, "mesh rows")
+    mesh_cols: int = _f(8, "mesh.cols", "PUs", _POSITIVE, "mesh columns")
+    clock_ghz: float = _f(1.0, "clock.ghz", "GHz", _POSITIVE, "clock of PUs, DMA engines and NoC")
+    spm_bytes: int = _f(256 * 1024, "scratchpad.bytes", "bytes", _POSITIVE, "scratchpad per PU")
+    bank_bytes: int = _f(64 * 1024 * 1024, "bank.bytes", "bytes", _POSITIVE, "local DRAM bank per PU")
+    bank_bytes_per_cycle: float = _f(16.0, "bank.bytes_per_cycle", "B/cycle", _POSITIVE, "bank <-> SPM bandwidth")
+    dma_setup_cycles: int = _f(100, "dma.setup_cycles", "cycles", _NONNEGATIVE, "fixed cost per DMA descriptor")
+    dma_granule_bytes: int = _f(32, "dma.granule_bytes", "bytes", _POW2, "transfers move whole granules")
+    dma_alignment_bytes: int = _f(32, "dma.alignment_bytes", "bytes", _POW2, "DMA address alignment")
+    dma_max_descriptor_bytes: int = _f(8192, "dma.max_descriptor_bytes", "bytes", _POSITIVE, "largest DMA descriptor")
+    dma_max_in_flight: int = _f(8, "dma.max_in_flight", "descriptors", _POSITIVE, "outstanding DMAs per PU")
+    matrix_fp16_macs_per_cycle: float = _f(128.0, "matrix.fp16_macs_per_cycle", "MAC/cycle", _POSITIVE, "fp16 MACs")
+    matrix_bf16_macs_per_cycle: float = _f(128.0, "matrix.bf16_macs_per_cycle", "MAC/cycle", _POSITIVE, "bf16 MACs")
+    matrix_fp32_macs_per_cycle: float = _f(32.0, "matrix.fp32_macs_per_cycle", "MAC/cycle", _POSITIVE, "fp32 MACs")
+    matrix_int8_macs_per_cycle: float = _f(256.0, "matrix.int8_macs_per_cycle", "MAC/cycle", _POSITIVE, "int8 MACs")
+    vector_fp32_lanes: int = _f(32, "vector.fp32_lanes", "lanes", _POSITIVE, "fp32 lanes of the vector unit")
+    noc_link_bytes_per_cycle: float = _f(32.0, "noc.link_bytes_per_cycle", "B/cycle", _POSITIVE, "per NoC link")
+    noc_hop_cycles: int = _f(9, "noc.hop_cycles", "cycles", _NONNEGATIVE, "latency per mesh hop")
+    remote_read_bytes_per_cycle: float = _f(
+        4.0, "noc.remote_read_bytes_per_cycle", "B/cycle", _POSITIVE, "cap on one PU's reads of other banks"
+    )
+    launch_overhead_us: float = _f(5.0, "launch.overhead_us", "us", _NONNEGATIVE, "host cost per kernel launch")
+
+    def __post_init__(self) -> None:
+        values = {info.attr: getattr(self, info.attr) for info in _SCHEMA}
+        normalized = _validate(values, f"TargetSpec(name={self.name!r})")
+        for attr, value in normalized.items():
+            if value is not values[attr] and type(value) is not type(values[attr]):
+                object.__setattr__(self, attr, value)  # e.g. 1 -> 1.0 for GHz, so equal specs hash equally
+
+    # ----------------------------------------------------------------------------------- loading
+
+    @classmethod
+    def load(cls, name_or_path: str | os.PathLike[str] = DEFAULT_TARGET) -> TargetSpec:
+        """A preset by name (`"nmp-64"`) or a TOML file by path.
+
+        An argument containing a path separator or ending in `.toml` is a file path; anything else is
+        a preset name, so a stray file named like a preset in the working directory never shadows it.
+        Parsed presets are cached; files are re-read only when their mtime or size changes.
+        """
+        text = os.fspath(name_or_path)
+        if _looks_like_path(text):
+            return _load_file(Path(text).expanduser())
+        return _load_preset(text)
+
+    @classmethod
+    def from_toml(cls, text: str, source: str = "<string>") -> TargetSpec:
+        """Parse TOML text (the same schema as the preset files); `source` names it in errors."""
+        try:
+            document = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise NMPTargetError(f"target {source} is not valid TOML: {exc}") from None
+        return cls(**_from_document(document, source))
+
+    # ------------------------------------------------------------------------------ serialising
+
+    def to_dict(self) -> dict[str, Any]:
+        """Nested dict in the TOML file's shape (sections as sub-dicts)."""
+        out: dict[str, Any] = {}
+        for info in _SCHEMA:
+            section, _, key = info.path.rpartition(".")
+            target = out.setdefault(section, {}) if section else out
+            target[key] = getattr(self, info.attr)
+        return out
+
+    def to_toml(self) -> str:
+        """TOML text that `TargetSpec.load` reads back to an equal spec (units as comments)."""
+        lines = [f"name = {json.dumps(self.name)}"]
+        current = ""
+        for info in _SCHEMA:
+            section, _, key = info.path.rpartition(".")
+            if not section:
+                continue
+            if section != current:
+                lines += ["", f"[{section}]"]
+                current = section
+            value = getattr(self, info.attr)
+            lines.append(f"{key} = {value!r}  # {info.unit}")
+        return "\n".join(lines) + "\n"
+
+    def hash(self) -> str:
+        """sha256 hex of the canonical content; any field change changes it (cache keys use it)."""
+        canonical = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+    # --------------------------------------------------------------------------------- geometry
 
     @property
     def num_pus(self) -> int:
         return self.mesh_rows * self.mesh_cols
 
-    def hash(self) -> str:
-        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()
+    def pu_coords(self, pu: int) -> tuple[int, int]:
+        """(row, col) of PU `pu`; PUs are numbered row-major, so bank i belongs to PU i."""
+        if not 0 <= pu < self.num_pus:
+            raise IndexError(f"PU {pu} out of range for {self.name} ({self.num_pus} PUs)")
+        return divmod(pu, self.mesh_cols)
+
+    def hops(self, src_pu: int, dst_pu: int) -> int:
+        """Mesh hops between two PUs under XY routing (Manhattan distance)."""
+        (r0, c0), (r1, c1) = self.pu_coords(src_pu), self.pu_coords(dst_pu)
+        return abs(r0 - r1) + abs(c0 - c1)
+
+    # ------------------------------------------------------------------------------- rates/time
+
+    @property
+    def clock_hz(self) -> float:
+        return self.clock_ghz * 1e9
+
+    def cycles_to_seconds(self, cycles: float) -> float:
+        return cycles / self.clock_hz
+
+    def seconds_to_cycles(self, seconds: float) -> float:
+        return seconds * self.clock_hz
+
+    def peak_macs_per_cycle(self, dtype: Any = "fp16") -> float:
+        """Matrix-unit MACs per cycle of one PU for `dtype` (str, torch or triton dtype)."""
+        key = canonical_dtype(dtype)
+        return float(getattr(self, f"matrix_{key}_macs_per_cycle"))
+
+    def peak_flops(self, dtype: Any = "fp16") -> float:
+        """Whole-machine peak FLOP/s (1 MAC = 2 FLOP; for int8 read OP/s)."""
+        return 2.0 * self.peak_macs_per_cycle(dtype) * self.num_pus * self.clock_hz
+
+    @property
+    def local_bytes_per_second(self) -> float:
+        """Aggregate bank bandwidth when every PU streams from its own bank."""
+        return self.bank_bytes_per_cycle * self.num_pus * self.clock_hz
+
+    @property
+    def remote_bytes_per_second(self) -> float:
+        """Aggregate rate of reads from other PUs' banks: each PU is capped at
+        `noc.remote_read_bytes_per_cycle`. NoC link contention can only lower it; modelling that is
+        the simulator's job, this is the optimistic bound."""
+        return self.remote_read_bytes_per_cycle * self.num_pus * self.clock_hz
+
+    def ridge_point(self, dtype: Any = "fp16", remote: bool = False) -> float:
+        """Arithmetic intensity (FLOP/byte) above which a kernel is compute-bound.
+
+        = peak FLOP/s / aggregate bandwidth; for nmp-64 fp16: 2*128 / 16 = 16 (local) and
+        2*128 / 4 = 64 (remote). Per-PU and whole-machine ratios agree because both scale by PUs.
+        """
+        bandwidth = self.remote_bytes_per_second if remote else self.local_bytes_per_second
+        return self.peak_flops(dtype) / bandwidth
+
+    def roofline_seconds(
+        self, flops: float, bytes_local: float, bytes_remote: float = 0.0, dtype: Any = "fp16"
+    ) -> float:
+        """Lower bound on a kernel's run time on the whole machine:
+
+            max(flops / peak_flops(dtype),
+                bytes_local / local_bytes_per_second,
+                bytes_remote / remote_bytes_per_second)
+
+        It assumes perfect overlap of compute and DMA and perfect balance over PUs, and excludes
+        `launch_overhead_us` and DMA setup costs, so simulated times must never be below it; the gap
+        between the two is what tuning can win back.
+        """
+        return max(
+            flops / self.peak_flops(dtype),
+            bytes_local / self.local_bytes_per_second,
+            bytes_remote / self.remote_bytes_per_second,
+        )
 
     @classmethod
-    def load(cls, name_or_path: str = "nmp-64") -> TargetSpec:
-        return cls()
+    def schema(cls) -> tuple[FieldInfo, ...]:
+        """Field descriptions (attribute, TOML path, kind, unit, constraint) for tools and docs."""
+        return _SCHEMA
 
+
+# ------------------------------------------------------------------------------------- schema
+
+
+@dataclass(frozen=True)
+class FieldInfo:
+    """One TargetSpec field as it appears in TOML."""
+
+    attr: str
+    path: str
+    kind: type
+    unit: str
+    check: str
+    doc: str
+
+    def expectation(self) -> str:
+        kind = {int: "an integer", float: "a number", str: "a string"}[self.kind]
+        text = {
+            _POSITIVE: f"{kind} > 0",
+            _NONNEGATIVE: f"{kind} >= 0",
+            _POW2: "a power of two (integer > 0)",
+            _NAME: "a non-empty string",
+        }[self.check]
+        return f"{text} ({self.unit})" if self.unit else text
+
+
+_KINDS = {"int": int, "float": float, "str": str}
+_SCHEMA: tuple[FieldInfo, ...] = tuple(
+    FieldInfo(
+        f.name, f.metadata["toml"], _KINDS[str(f.type)], f.metadata["unit"], f.metadata["check"], f.metadata["doc"]
+    )
+    for f in fields(TargetSpec)
+)
+_BY_PATH = {info.path: info for info in _SCHEMA}
+_SECTIONS = tuple(dict.fromkeys(info.path.split(".")[0] for info in _SCHEMA if "." in info.path))
+_TOP_LEVEL = {info.path for info in _SCHEMA if "." not in info.path}
+
+
+def _toml_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    return {int: "integer", float: "float", str: "string", dict: "table", list: "array"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def _check_value(info: FieldInfo, value: Any) -> tuple[Any, str | None]:
+    """(normalized value, problem or None). Booleans are never numbers, and NaN/inf are rejected.
+
+    Problems quote the value as written, not as normalized, so the user finds it in the file.
+    """
+    if info.kind is str:
+        if not isinstance(value, str):
+            return value, f"has type {_toml_type(value)} (value {value!r})"
+        if not value.strip():
+            return value, "is empty"
+        return value, None
+    ok_types: tuple[type, ...] = (int,) if info.kind is int else (int, float)
+    if isinstance(value, bool) or not isinstance(value, ok_types):
+        return value, f"has type {_toml_type(value)} (value {value!r})"
+    number = float(value) if info.kind is float else value
+    if not math.isfinite(number):
+        return number, f"is {value!r}"
+    if info.check == _NONNEGATIVE and number < 0:
+        return number, f"is {value!r}"
+    if info.check in (_POSITIVE, _POW2) and number <= 0:
+        return number, f"is {value!r}"
+    if info.check == _POW2 and number & (number - 1):
+        return number, f"is {value!r}, not a power of two"
+    return number, None
+
+
+def _cross_check(values: dict[str, Any]) -> list[str]:
+    """Constraints between fields (only run when every field is individually valid)."""
+    problems = []
+    granule, largest = values["dma_granule_bytes"], values["dma_max_descriptor_bytes"]
+    if largest % granule:
+        problems.append(
+            f"dma.max_descriptor_bytes: is {largest}, not a multiple of dma.granule_bytes ({granule}); "
+            f"expected a multiple of the granule"
+        )
+    return problems
+
+
+def _raise(source: str, problems: list[str]) -> None:
+    lines = "\n  ".join(problems)
+    raise NMPTargetError(f"invalid target {source}:\n  {lines}")
+
+
+def _validate(values: dict[str, Any], source: str) -> dict[str, Any]:
+    """Check flat attribute values; return them normalized or raise one error listing every problem."""
+    problems, out = [], {}
+    for info in _SCHEMA:
+        value, problem = _check_value(info, values[info.attr])
+        out[info.attr] = value
+        if problem:
+            problems.append(f"{info.path}: {problem}; expected {info.expectation()}")
+    if not problems:
+        problems = _cross_check(out)
+    if problems:
+        _raise(source, problems)
+    return out
+
+
+def _unknown(path: str, candidates: list[str]) -> str:
+    close = difflib.get_close_matches(path, candidates, n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return f"{path}: unknown field{hint}; expected only the fields {', '.join(sorted(candidates))}"
+
+
+def _from_document(document: dict[str, Any], source: str) -> dict[str, Any]:
+    """Flat constructor kwargs from a parsed TOML document, reporting missing/unknown/mistyped fields."""
+    problems: list[str] = []
+    values: dict[str, Any] = {}
+    all_paths = list(_BY_PATH)
+    for key, value in document.items():
+        if key in _TOP_LEVEL:
+            continue
+        if key not in _SECTIONS:
+            problems.append(_unknown(key, all_paths + list(_SECTIONS)))
+        elif not isinstance(value, dict):
+            problems.append(f"{key}: has type {_toml_type(value)}; expected a table [{key}]")
+        else:
+            for sub in value:
+                if f"{key}.{sub}" not in _BY_PATH:
+                    problems.append(_unknown(f"{key}.{sub}", [p for p in all_paths if p.startswith(key + ".")]))
+    for info in _SCHEMA:
+        section, _, key = info.path.rpartition(".")
+        table = document.get(section, {}) if section else document
+        if not isinstance(table, dict):
+            continue  # already reported: the section is not a table
+        if key not in table:
+            problems.append(f"{info.path}: missing; expected {info.expectation()}")
+            continue
+        value, problem = _check_value(info, table[key])
+        if problem:
+            problems.append(f"{info.path}: {problem}; expected {info.expectation()}")
+        values[info.attr] = value
+    if not problems:
+        problems = _cross_check(values)
+    if problems:
+        _raise(source, problems)
+    return values
+
+
+# ------------------------------------------------------------------------------------ loading
+
+_PRESET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def _looks_like_path(text: str) -> bool:
+    return text.endswith(".toml") or "/" in text or os.sep in text or (os.altsep is not None and os.altsep in text)
+
+
+def available_presets() -> list[str]:
+    """Names of the bundled presets (TOML files in triton_nmp/targets/)."""
+    return sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
+
+
+@cache
+def _load_preset(name: str) -> TargetSpec:
+    path = PRESET_DIR / f"{name}.toml"
+    if not _PRESET_NAME.match(name) or not path.is_file():
+        raise NMPTargetError(
+            f"unknown target preset '{name}'; expected one of {', '.join(available_presets())} "
+            f"or a path to a .toml file"
+        )
+    return _parse_file(path, f"preset '{name}' ({path})")
+
+
+_file_cache: dict[Path, tuple[tuple[int, int], TargetSpec]] = {}
+_file_cache_lock = threading.Lock()
+
+
+def _load_file(path: Path) -> TargetSpec:
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        hint = f" (for the bundled preset, pass its name: '{path.stem}')" if path.stem in available_presets() else ""
+        raise NMPTargetError(f"target file '{path}' does not exist; expected a TOML target description{hint}") from None
+    except OSError as exc:
+        raise NMPTargetError(f"cannot read target file '{path}': {exc}") from None
+    key, stamp = path.resolve(), (stat.st_mtime_ns, stat.st_size)
+    with _file_cache_lock:
+        hit = _file_cache.get(key)
+    if hit is not None and hit[0] == stamp:
+        return hit[1]
+    spec = _parse_file(path, f"file '{path}'")
+    with _file_cache_lock:
+        _file_cache[key] = (stamp, spec)
+    return spec
+
+
+def _parse_file(path: Path, source: str) -> TargetSpec:
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise NMPTargetError(f"target {source} is not UTF-8 text: {exc}") from None
+    except IsADirectoryError:
+        raise NMPTargetError(f"target {source} is a directory; expected a TOML file") from None
+    except OSError as exc:
+        raise NMPTargetError(f"cannot read target {source}: {exc}") from None
+    return TargetSpec.from_toml(text, source)
+
+
+# ------------------------------------------------------------------------------------- dtypes
+
+_DTYPE_ALIASES = {
+    "fp16": "fp16", "float16": "fp16", "f16": "fp16", "half": "fp16",
+    "bf16": "bf16", "bfloat16": "bf16",
+    "fp32": "fp32", "float32": "fp32", "f32": "fp32", "float": "fp32", "tf32": "fp32",
+    "int8": "int8", "i8": "int8", "uint8": "int8", "u8": "int8",
+}  # fmt: skip
+
+
+def canonical_dtype(dtype: Any) -> str:
+    """'fp16' | 'bf16' | 'fp32' | 'int8' for a string, torch dtype or triton dtype.
+
+    Accepting framework dtypes here saves every caller its own mapping table.
+    """
+    text = str(dtype).strip().lower()
+    for prefix in ("torch.", "triton.language.", "tl."):
+        if text.startswith(prefix):
+            text = text[len(prefix) :]
+    try:
+        return _DTYPE_ALIASES[text]
+    except KeyError:
+        raise NMPTargetError(
+            f"dtype {dtype!r} has no matrix-unit rate; expected one of {', '.join(DTYPES)} (or an alias such as "
+            f"float16, bfloat16, float32, int8, torch.float16, tl.float16)"
+        ) from None
+
+
+# ------------------------------------------------------------------------------ active target
 
 _active: TargetSpec | None = None
+_active_lock = threading.Lock()
 
 
 def active_target() -> TargetSpec:
+    """The target compiled and simulated for. On first use: $TRITON_NMP_TARGET (preset name or TOML
+    path) if set, else `nmp-64`."""
     global _active
-    if _active is None:
-        _active = TargetSpec.load("nmp-64")
-    return _active
+    spec = _active
+    if spec is not None:
+        return spec
+    with _active_lock:
+        if _active is None:
+            choice = os.environ.get(ENV_VAR, "").strip()
+            try:
+                _active = TargetSpec.load(choice or DEFAULT_TARGET)
+            except NMPTargetError as exc:
+                if not choice:
+                    raise
+                raise NMPTargetError(f"{exc}\n(target selected by ${ENV_VAR}={choice!r})") from None
+        return _active
 
 
-def set_active_target(spec: TargetSpec) -> None:
+def set_active_target(spec: TargetSpec | str | os.PathLike[str] | None) -> TargetSpec | None:
+    """Make `spec` (a TargetSpec, preset name or TOML path) active; return the previous one so callers
+    (tests, `activate()`) can restore it. `None` resets, so $TRITON_NMP_TARGET is read again."""
     global _active
-    _active = spec
+    new = spec if spec is None or isinstance(spec, TargetSpec) else TargetSpec.load(spec)
+    with _active_lock:
+        previous, _active = _active, new
+    return previous

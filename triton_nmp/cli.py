@@ -1,0 +1,124 @@
+"""`triton-nmp` command line.
+
+Each subcommand is one `_cmd_<name>(args) -> int` function plus an `_args_<name>(parser)` function
+that declares its options; both are registered in `_SUBCOMMANDS`, the only place to touch when
+adding a subcommand. Errors a user can cause (`NMPError`) print one message and exit 1, no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from triton_nmp.errors import NMPError
+from triton_nmp.target import DTYPES, TargetSpec, active_target
+
+# ----------------------------------------------------------------------------------- helpers
+
+
+def _si(value: float, unit: str) -> str:
+    """Engineering notation with an SI prefix: 16384e9 FLOP/s -> '16.38 TFLOP/s'."""
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.4g} {prefix}{unit}"
+    return f"{value:.4g} {unit}"
+
+
+def _binary(nbytes: int) -> str:
+    for factor, prefix in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+        if nbytes >= factor:
+            return f"{nbytes / factor:g} {prefix}"
+    return f"{nbytes} B"
+
+
+def _load_target(choice: str | None) -> TargetSpec:
+    """--target if given, else the active target (which honours $TRITON_NMP_TARGET)."""
+    return TargetSpec.load(choice) if choice else active_target()
+
+
+# ------------------------------------------------------------------------------------- info
+
+
+def _args_info(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--target", metavar="NAME_OR_TOML", default=None,
+        help="preset name or TOML file (default: $TRITON_NMP_TARGET or nmp-64)",
+    )  # fmt: skip
+
+
+def _cmd_info(args: argparse.Namespace) -> int:
+    """Print every field of the target with its unit, then the roofline numbers derived from them."""
+    spec = _load_target(args.target)
+    out: list[str] = [f"target {spec.name}  ({spec.num_pus} PUs, hash {spec.hash()[:16]})", ""]
+
+    for info in TargetSpec.schema():
+        if info.path == "name":
+            continue
+        value = getattr(spec, info.attr)
+        shown = f"{value:g}" if isinstance(value, float) else str(value)
+        if info.unit == "bytes":
+            shown = f"{value} bytes" + (f" ({_binary(value)})" if value >= 1024 else "")
+        elif info.unit:
+            shown = f"{shown} {info.unit}"
+        out.append(f"  {info.path:<34} {shown:<28} {info.doc}")
+
+    out += [
+        "",
+        f"roofline (whole machine: {spec.num_pus} PUs at {spec.clock_ghz:g} GHz; 1 MAC = 2 FLOP)",
+        f"  aggregate local bank bandwidth     {_si(spec.local_bytes_per_second, 'B/s')}",
+        f"  aggregate remote bandwidth         {_si(spec.remote_bytes_per_second, 'B/s')}",
+        f"  total scratchpad                   {_binary(spec.spm_bytes * spec.num_pus)}",
+        "",
+        f"  {'dtype':<6} {'peak MAC/s':>14} {'peak FLOP/s':>15} {'ridge local':>18} {'ridge remote':>19}",
+    ]
+    for dtype in DTYPES:
+        macs = spec.peak_flops(dtype) / 2
+        out.append(
+            f"  {dtype:<6} {_si(macs, 'MAC/s'):>14} {_si(2 * macs, 'FLOP/s'):>15}"
+            f" {spec.ridge_point(dtype):>8.4g} FLOP/byte {spec.ridge_point(dtype, remote=True):>8.4g} FLOP/byte"
+        )
+    out += [
+        "",
+        "  A kernel whose FLOP per byte moved is below the ridge point is bandwidth-bound;",
+        "  lower bound on time = max(FLOP / peak FLOP/s, local bytes / local B/s, remote bytes / remote B/s).",
+    ]
+    print("\n".join(out))
+    return 0
+
+
+# ------------------------------------------------------------------------------ registration
+
+# name -> (command, argument declarer, one-line help). Add new subcommands here.
+_SUBCOMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], Callable[[argparse.ArgumentParser], None], str]] = {
+    "info": (_cmd_info, _args_info, "show a target's parameters and roofline numbers"),
+}
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="triton-nmp", description="Triton backend for the nmp near-memory machine")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (command, declare, help_text) in _SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        declare(p)
+        p.set_defaults(_command=command)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console-script entry point; returns the exit status (0 ok, 1 user error, 2 usage error)."""
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    command = getattr(args, "_command", None)
+    if command is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(command(args) or 0)
+    except NMPError as exc:
+        print(f"triton-nmp {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
