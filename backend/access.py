@@ -1,0 +1,300 @@
+"""Memory access analysis: recover DMA descriptors from Triton's tensors of pointers.
+
+Triton kernels address memory with tensors of pointers built from `make_range`, `splat`,
+`broadcast`, `expand_dims`, `addptr` and integer arithmetic. Pointer analysis (`AffineAnalysis`)
+rewrites such a tensor as
+
+    root argument + offset + sum_d index_d * stride_d        (offset and strides in bytes)
+
+where offset and strides are scalar expressions (`SExpr`) the compiler can compute once per access.
+Mask analysis (`MaskAnalysis`) is separate, as in triton-shared: it turns `offs < n` style masks into
+an upper bound per dimension (a rectangular valid box). Anything that does not fit these forms is
+answered with `None`, and the caller falls down the ladder to element gather/scatter; the analysis
+never guesses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .ir import Op, Ty, Value
+
+# -- scalar expressions ---------------------------------------------------------------------------
+# An SExpr is an int constant, or a tuple: ("val", Value) for a TTIR scalar, ("sym", key) for a
+# value the lowering provides (a loop-carried offset), or (op, a, b) for op in add/sub/mul/min,
+# ("gt0", a) -> 1 if a > 0 else 0 (used for guards), ("i1", Value) an i1 condition as 0/1.
+SExpr = object
+
+
+def s_add(a: SExpr, b: SExpr) -> SExpr:
+    if isinstance(a, int) and isinstance(b, int):
+        return a + b
+    if a == 0:
+        return b
+    if b == 0:
+        return a
+    return ("add", a, b)
+
+
+def s_sub(a: SExpr, b: SExpr) -> SExpr:
+    if isinstance(a, int) and isinstance(b, int):
+        return a - b
+    if b == 0:
+        return a
+    if a == b:
+        return 0
+    return ("sub", a, b)
+
+
+def s_mul(a: SExpr, b: SExpr) -> SExpr:
+    if isinstance(a, int) and isinstance(b, int):
+        return a * b
+    if a == 0 or b == 0:
+        return 0
+    if a == 1:
+        return b
+    if b == 1:
+        return a
+    return ("mul", a, b)
+
+
+def s_min(a: SExpr, b: SExpr) -> SExpr:
+    if isinstance(a, int) and isinstance(b, int):
+        return min(a, b)
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return ("min", a, b)
+
+
+@dataclass(frozen=True)
+class Affine:
+    """`root` + offset + sum(index_d * strides[d]); `root` is a pointer argument or None for integers.
+
+    For integer tensors offset/strides are in units of the value; for pointer tensors in bytes.
+    """
+
+    root: Value | None
+    offset: SExpr
+    strides: tuple[SExpr, ...]
+
+    @property
+    def is_uniform(self) -> bool:
+        return all(s == 0 for s in self.strides)
+
+
+def elem_bytes(ty_name: str | None) -> int:
+    return {"i1": 1, "i8": 1, "i16": 2, "i32": 4, "i64": 8, "f16": 2, "bf16": 2, "f32": 4, "f64": 8,
+            "f8E4M3FN": 1, "f8E5M2": 1}.get(ty_name or "", 0)
+
+
+def _def(v: Value) -> Op | None:
+    return v.owner if isinstance(v.owner, Op) else None
+
+
+class AffineAnalysis:
+    """Affine forms of integer and pointer values (scalars and tensors), memoised per value."""
+
+    def __init__(self, func_args: list[Value]):
+        self.memo: dict[int, Affine | None] = {}
+        self.func_args = {id(a) for a in func_args}
+
+    def assume(self, v: Value, form: Affine | None) -> None:
+        """Give a value (a loop-carried block argument) a form chosen by the lowering."""
+        self.memo[id(v)] = form
+
+    def forget(self, v: Value) -> None:
+        self.memo.pop(id(v), None)
+
+    def __call__(self, v: Value) -> Affine | None:
+        key = id(v)
+        if key in self.memo:
+            return self.memo[key]
+        self.memo[key] = None  # cycles resolve to "unknown"
+        res = self._compute(v)
+        self.memo[key] = res
+        return res
+
+    def _scalar(self, v: Value) -> Affine | None:
+        if v.type.is_ptr:
+            if id(v) in self.func_args:
+                return Affine(v, 0, ())
+            op = _def(v)
+            if op is not None and op.name == "tt.addptr":
+                base = self(op.operands[0])
+                off = self(op.operands[1])
+                if base is None or off is None or base.root is None:
+                    return None
+                return Affine(base.root, s_add(base.offset, s_mul(off.offset, elem_bytes(v.type.pointee))), ())
+            return None
+        if not v.type.is_int or v.type.elem == "i1":
+            return None
+        op = _def(v)
+        if op is not None and op.name == "arith.constant" and isinstance(op.attrs.get("value"), int):
+            return Affine(None, int(op.attrs["value"]), ())
+        return Affine(None, ("val", v), ())
+
+    def _compute(self, v: Value) -> Affine | None:
+        ty: Ty = v.type
+        if not ty.is_tensor:
+            return self._scalar(v)
+        if not (ty.is_int or ty.is_ptr) or ty.elem == "i1":
+            return None
+        op = _def(v)
+        if op is None:
+            return None
+        rank = len(ty.shape)
+        name = op.name
+        if name == "tt.make_range":
+            return Affine(None, int(op.attrs.get("start", 0)), (1,))
+        if name == "arith.constant":
+            val = op.attrs.get("value")
+            if isinstance(val, int) and not isinstance(val, bool):
+                return Affine(None, val, (0,) * rank)
+            return None
+        if name == "tt.splat":
+            src = self(op.operands[0])
+            if src is None:
+                return None
+            return Affine(src.root, src.offset, (0,) * rank)
+        if name == "tt.broadcast":
+            src = self(op.operands[0])
+            if src is None:
+                return None
+            in_shape = op.operands[0].type.shape
+            strides = tuple(0 if d_in == 1 else s for d_in, s in zip(in_shape, src.strides))
+            return Affine(src.root, src.offset, strides)
+        if name == "tt.expand_dims":
+            src = self(op.operands[0])
+            if src is None:
+                return None
+            axis = int(op.attrs["axis"])
+            strides = list(src.strides)
+            strides.insert(axis, 0)
+            return Affine(src.root, src.offset, tuple(strides))
+        if name == "tt.trans":
+            src = self(op.operands[0])
+            order = op.attrs.get("order")
+            if src is None or order is None:
+                return None
+            return Affine(src.root, src.offset, tuple(src.strides[i] for i in order))
+        if name in ("arith.extsi", "arith.extui", "arith.trunci"):
+            return self(op.operands[0])
+        if name == "tt.addptr":
+            base = self(op.operands[0])
+            off = self(op.operands[1])
+            if base is None or off is None or base.root is None or off.root is not None:
+                return None
+            size = elem_bytes(ty.pointee)
+            return Affine(base.root, s_add(base.offset, s_mul(off.offset, size)),
+                          tuple(s_add(a, s_mul(b, size)) for a, b in zip(base.strides, off.strides)))
+        if name in ("arith.addi", "arith.subi"):
+            a, b = self(op.operands[0]), self(op.operands[1])
+            if a is None or b is None or a.root is not None or b.root is not None:
+                return None
+            f = s_add if name == "arith.addi" else s_sub
+            return Affine(None, f(a.offset, b.offset), tuple(f(x, y) for x, y in zip(a.strides, b.strides)))
+        if name == "arith.muli":
+            a, b = self(op.operands[0]), self(op.operands[1])
+            if a is None or b is None or a.root is not None or b.root is not None:
+                return None
+            if b.is_uniform:
+                k = b.offset
+                return Affine(None, s_mul(a.offset, k), tuple(s_mul(s, k) for s in a.strides))
+            if a.is_uniform:
+                k = a.offset
+                return Affine(None, s_mul(b.offset, k), tuple(s_mul(s, k) for s in b.strides))
+            return None
+        return None
+
+
+@dataclass(frozen=True)
+class MaskBox:
+    """A rectangular mask: element (i_0, ..., i_r) is valid iff i_d < bounds[d] for every bounded d
+    and every guard is > 0."""
+
+    bounds: tuple[SExpr | None, ...]
+    guards: tuple[SExpr, ...] = ()
+
+
+class MaskAnalysis:
+    def __init__(self, affine: AffineAnalysis):
+        self.affine = affine
+        self.memo: dict[int, MaskBox | None] = {}
+
+    def __call__(self, v: Value) -> MaskBox | None:
+        key = id(v)
+        if key not in self.memo:
+            self.memo[key] = None
+            self.memo[key] = self._compute(v)
+        return self.memo[key]
+
+    def _compute(self, v: Value) -> MaskBox | None:
+        ty = v.type
+        rank = len(ty.shape)
+        op = _def(v)
+        if not ty.is_tensor:
+            # a scalar condition: guard
+            return MaskBox((), (("i1", v),))
+        if op is None:
+            return None
+        name = op.name
+        if name == "arith.constant":
+            val = op.attrs.get("value")
+            if val is True or val == 1:
+                return MaskBox((None,) * rank)
+            if val is False or val == 0:
+                return MaskBox((None,) * rank, (0,))
+            return None
+        if name == "tt.splat":
+            src = op.operands[0]
+            return MaskBox((None,) * rank, (("i1", src),))
+        if name == "arith.andi":
+            a, b = self(op.operands[0]), self(op.operands[1])
+            if a is None or b is None:
+                return None
+            return MaskBox(tuple(s_min(x, y) for x, y in zip(a.bounds, b.bounds)), a.guards + b.guards)
+        if name == "tt.broadcast":
+            src = self(op.operands[0])
+            if src is None:
+                return None
+            in_shape = op.operands[0].type.shape
+            bounds, guards = [], list(src.guards)
+            for d_in, d_out, b in zip(in_shape, ty.shape, src.bounds):
+                if d_in == 1 and d_out != 1 and b is not None:
+                    guards.append(b)  # index 0 is valid iff 0 < b
+                    bounds.append(None)
+                else:
+                    bounds.append(b)
+            return MaskBox(tuple(bounds), tuple(guards))
+        if name == "tt.expand_dims":
+            src = self(op.operands[0])
+            if src is None:
+                return None
+            b = list(src.bounds)
+            b.insert(int(op.attrs["axis"]), None)
+            return MaskBox(tuple(b), src.guards)
+        if name == "arith.cmpi":
+            pred = op.attrs["_words"][0]
+            lhs, rhs = op.operands
+            flip = {"sgt": "slt", "sge": "sle"}
+            if pred in flip:
+                lhs, rhs, pred = rhs, lhs, flip[pred]
+            if pred not in ("slt", "sle"):
+                return None
+            x, n = self.affine(lhs), self.affine(rhs)
+            if x is None or n is None or x.root is not None or n.root is not None or not n.is_uniform:
+                return None
+            limit = s_sub(n.offset, x.offset)
+            if pred == "sle":
+                limit = s_add(limit, 1)
+            nonzero = [d for d, s in enumerate(x.strides) if s != 0]
+            if not nonzero:
+                return MaskBox((None,) * rank, (limit,))
+            if len(nonzero) != 1 or x.strides[nonzero[0]] != 1:
+                return None
+            bounds = [None] * rank
+            bounds[nonzero[0]] = limit
+            return MaskBox(tuple(bounds))
+        return None

@@ -1,0 +1,881 @@
+"""nmpir -> LLVM IR (llvmlite) for the nmp pseudo-target.
+
+The simulator runs the kernel natively on the host, so the LLVM module is built for the host CPU.
+Layout of the generated code (the ABI the simulator's loader relies on):
+
+    i64 nmp_grid_<kernel>(i64* slots, i64 gx, i64 gy, i64 gz, i64* ctx)
+        runs every program of the grid in order (x fastest), stops at the first error;
+    i64 nmp_body_<kernel>(i64* slots, i64 px, py, pz, nx, ny, nz, i64* ctx)   (internal)
+        one program.
+
+Every tile lives in a scratchpad buffer (a stack buffer of its static size). DMA descriptors check
+their whole byte range against the argument's extent once per transfer; gathers check each element.
+A failed check writes status, site, argument and byte range to ctx and returns before any byte is
+moved. Counters of DMA traffic and compute work are accumulated in ctx for the timing model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from llvmlite import ir
+
+from triton_nmp.errors import NMPCompilationError
+
+from .access import elem_bytes
+from .codegen_scalar import (
+    F32,
+    F64,
+    I1,
+    I8,
+    I32,
+    I64,
+    compute_type,
+    emit_elementwise,
+    round_to,
+    storage_type,
+    to_compute,
+    to_storage,
+)
+from .ir import Func, Module, Op, Ty, Value
+
+COUNTERS = ("programs", "dma_loads", "dma_load_bytes", "dma_stores", "dma_store_bytes", "gather_elems",
+            "scatter_elems", "vec_elems", "macs")
+CTX_COUNTER_BASE = 8
+STATUS_OOB = 1
+STATUS_ASSERT = 2
+
+
+@dataclass
+class Site:
+    op: str
+    loc: str
+    arg: str
+
+
+@dataclass
+class CodegenResult:
+    llvm_ir: str
+    entry: str
+    sites: list[Site]
+    args: list[dict]
+    spm_bytes: int
+    counters: tuple[str, ...] = COUNTERS
+    buffers: list[tuple[str, str, int]] = field(default_factory=list)
+
+
+def _i64(x: int) -> ir.Constant:
+    return ir.Constant(I64, x)
+
+
+def _elem_size(t: Ty) -> int:
+    return 8 if t.is_ptr else elem_bytes(t.elem)
+
+
+class KernelCodegen:
+    def __init__(self, func: Func, triple: str, data_layout: str):
+        self.func = func
+        self.module = ir.Module(name=func.name)
+        self.module.triple = triple
+        self.module.data_layout = data_layout
+        self.sites: list[Site] = []
+        self.vals: dict[int, ir.Value] = {}
+        self.bufs: dict[int, ir.Value] = {}
+        self.arg_info: dict[int, tuple[int, ir.Value, ir.Value]] = {}  # ptr arg -> (index, base, span)
+        self.buffers: list[tuple[str, str, int]] = []
+        self.spm_bytes = 0
+
+    # -- infrastructure -------------------------------------------------------------------------------
+    def build(self) -> CodegenResult:
+        f = self.func
+        body_ty = ir.FunctionType(I64, [I64.as_pointer()] + [I64] * 6 + [I64.as_pointer()])
+        self.fn = ir.Function(self.module, body_ty, f"nmp_body_{f.name}")
+        self.fn.linkage = "internal"
+        slots, px, py, pz, nx, ny, nz, ctx = self.fn.args
+        self.ctx = ctx
+        self.pids = (px, py, pz)
+        self.nprogs = (nx, ny, nz)
+        self.entry_block = self.fn.append_basic_block("entry")
+        start = self.fn.append_basic_block("start")
+        self.err_exit = self.fn.append_basic_block("error_exit")
+        self.b = ir.IRBuilder(self.entry_block)
+        self.alloca_builder = ir.IRBuilder(self.entry_block)
+        ir.IRBuilder(self.err_exit).ret(_i64(STATUS_OOB))
+        b = ir.IRBuilder(start)
+        self.b = b
+        args_meta = []
+        slot = 0
+        for i, a in enumerate(f.args):
+            t = a.type
+            if t.is_ptr:
+                base = b.load(b.gep(slots, [_i64(slot)]))
+                span = b.load(b.gep(slots, [_i64(slot + 1)]))
+                self.vals[id(a)] = base
+                self.arg_info[id(a)] = (i, base, span)
+                slot += 2
+                args_meta.append({"name": a.name, "kind": "ptr", "ty": "*" + _triton_ty(t.pointee)})
+            elif t.is_int:
+                raw = b.load(b.gep(slots, [_i64(slot)]))
+                ct = compute_type(t)
+                self.vals[id(a)] = raw if ct.width == 64 else b.trunc(raw, ct)
+                slot += 1
+                args_meta.append({"name": a.name, "kind": "int", "ty": _triton_ty(t.elem)})
+            elif t.is_float:
+                raw = b.load(b.gep(slots, [_i64(slot)]))
+                d = b.bitcast(raw, F64)
+                v = d if t.elem == "f64" else round_to(b, b.fptrunc(d, F32), t)
+                self.vals[id(a)] = v
+                slot += 1
+                args_meta.append({"name": a.name, "kind": "float", "ty": _triton_ty(t.elem)})
+            else:
+                raise NMPCompilationError(f"argument '{a.name}' of type {t} is not supported on nmp yet",
+                                          kernel=f.name)
+        self.count("programs", _i64(1))
+        self.emit_block(f.body.ops)
+        if not self.b.block.is_terminated:
+            self.b.ret(_i64(0))
+        self.alloca_builder.position_at_end(self.entry_block)
+        self.alloca_builder.branch(start)
+        self._build_grid()
+        return CodegenResult(str(self.module), f"nmp_grid_{f.name}", self.sites, args_meta, self.spm_bytes,
+                             COUNTERS, self.buffers)
+
+    def _build_grid(self) -> None:
+        gty = ir.FunctionType(I64, [I64.as_pointer(), I64, I64, I64, I64.as_pointer()])
+        g = ir.Function(self.module, gty, f"nmp_grid_{self.func.name}")
+        slots, gx, gy, gz, ctx = g.args
+        b = ir.IRBuilder(g.append_basic_block("entry"))
+        fail = g.append_basic_block("fail")
+
+        def nest(level: int, idx: list[ir.Value]) -> None:
+            if level < 0:
+                st = b.call(self.fn, [slots, idx[0], idx[1], idx[2], gx, gy, gz, ctx])
+                okb = g.append_basic_block("ok")
+                b.cbranch(b.icmp_signed("!=", st, _i64(0)), fail, okb)
+                b.position_at_end(okb)
+                return
+            count = (gx, gy, gz)[level]
+
+            def inner(i):
+                idx2 = list(idx)
+                idx2[level] = i
+                nest(level - 1, idx2)
+
+            self._loop(b, g, count, inner)
+
+        nest(2, [None, None, None])
+        b.ret(_i64(0))
+        fb = ir.IRBuilder(fail)
+        fb.ret(fb.load(ctx))
+
+    def _loop(self, b: ir.IRBuilder, fn: ir.Function, count, body, start=None) -> None:
+        """A counted loop `for i in range(start, count)` with an i64 induction variable."""
+        count = _i64(count) if isinstance(count, int) else count
+        start = _i64(0) if start is None else (_i64(start) if isinstance(start, int) else start)
+        pre = b.block
+        hdr = fn.append_basic_block("loop")
+        bodyb = fn.append_basic_block("body")
+        exitb = fn.append_basic_block("endloop")
+        b.branch(hdr)
+        b.position_at_end(hdr)
+        i = b.phi(I64)
+        i.add_incoming(start, pre)
+        b.cbranch(b.icmp_signed("<", i, count), bodyb, exitb)
+        b.position_at_end(bodyb)
+        body(i)
+        nxt = b.add(i, _i64(1))
+        i.add_incoming(nxt, b.block)
+        b.branch(hdr)
+        b.position_at_end(exitb)
+
+    def loop(self, count, body, start=None) -> None:
+        self._loop(self.b, self.fn, count, body, start)
+
+    def loop_nest(self, shape: tuple[int, ...], body) -> None:
+        def rec(d: int, idx: list[ir.Value]) -> None:
+            if d == len(shape):
+                body(idx)
+                return
+            self.loop(shape[d], lambda i: rec(d + 1, idx + [i]))
+
+        rec(0, [])
+
+    def count(self, name: str, amount: ir.Value) -> None:
+        b = self.b
+        p = b.gep(self.ctx, [_i64(CTX_COUNTER_BASE + COUNTERS.index(name))])
+        b.store(b.add(b.load(p), amount), p)
+
+    def site(self, op: Op, arg: str = "") -> int:
+        self.sites.append(Site(_op_label(op), str(op.loc), arg))
+        return len(self.sites) - 1
+
+    def fail_if(self, cond: ir.Value, status: int, site: int, arg_index: int, lo: ir.Value, hi: ir.Value) -> None:
+        b = self.b
+        bad = self.fn.append_basic_block("check_failed")
+        cont = self.fn.append_basic_block("check_ok")
+        b.cbranch(cond, bad, cont)
+        b.position_at_end(bad)
+        vals = [_i64(status), _i64(site), _i64(arg_index), lo, hi, *self.pids]
+        for k, v in enumerate(vals):
+            b.store(v, b.gep(self.ctx, [_i64(k)]))
+        b.branch(self.err_exit)
+        b.position_at_end(cont)
+
+    def buffer(self, v: Value) -> ir.Value:
+        """The scratchpad buffer of a tile value (allocated once, in the entry block)."""
+        key = id(v)
+        if key not in self.bufs:
+            st = storage_type(v.type)
+            n = v.type.numel
+            arr = self.alloca_builder.alloca(ir.ArrayType(st, n), name=f"spm_{v.name}")
+            arr.align = 64
+            self.bufs[key] = self.alloca_builder.bitcast(arr, st.as_pointer())
+            nbytes = n * _storage_bytes(v.type)
+            self.spm_bytes += nbytes
+            self.buffers.append((v.name, str(v.type), nbytes))
+        return self.bufs[key]
+
+    def load_elem(self, v: Value, idx: ir.Value) -> ir.Value:
+        return to_compute(self.b, self.b.load(self.b.gep(self.buffer(v), [idx])), v.type)
+
+    def store_elem(self, v: Value, idx: ir.Value, x: ir.Value) -> None:
+        self.b.store(to_storage(self.b, x, v.type), self.b.gep(self.buffer(v), [idx]))
+
+    def copy_tile(self, dst: Value, src: Value) -> None:
+        if self.buffer(dst) is self.buffer(src):
+            return
+        nbytes = dst.type.numel * _storage_bytes(dst.type)
+        self.memcpy(self.buffer(dst), self.buffer(src), _i64(nbytes))
+
+    def memcpy(self, dst: ir.Value, src: ir.Value, nbytes: ir.Value) -> None:
+        b = self.b
+        i8p = I8.as_pointer()
+        name = "llvm.memcpy.p0i8.p0i8.i64"
+        fn = self.module.globals.get(name) or ir.Function(
+            self.module, ir.FunctionType(ir.VoidType(), [i8p, i8p, I64, I1]), name)
+        b.call(fn, [b.bitcast(dst, i8p), b.bitcast(src, i8p), nbytes, ir.Constant(I1, 0)])
+
+    def scalar(self, v: Value) -> ir.Value:
+        return self.vals[id(v)]
+
+    # -- ops ------------------------------------------------------------------------------------------
+    def emit_block(self, ops: list[Op]) -> None:
+        for op in ops:
+            if self.b.block.is_terminated:
+                self.b.position_at_end(self.fn.append_basic_block("dead"))
+            handler = getattr(self, "op_" + op.name.replace(".", "_"), None)
+            try:
+                if handler is not None:
+                    handler(op)
+                elif op.results and not op.results[0].type.is_tensor:
+                    self.op_scalar(op)
+                else:
+                    raise NotImplementedError(op.name)
+            except NotImplementedError as e:
+                raise NMPCompilationError(f"operation '{_op_label(op)}' is not supported on nmp ({e})",
+                                          kernel=self.func.name, loc=str(op.loc)) from None
+
+    def op_scalar(self, op: Op) -> None:
+        args = [self.scalar(o) for o in op.operands]
+        r = op.results[0]
+        self.vals[id(r)] = emit_elementwise(self.b, op.name, op.attrs, args, [o.type for o in op.operands],
+                                            r.type)
+
+    def op_arith_constant(self, op: Op) -> None:
+        r = op.results[0]
+        self.vals[id(r)] = _const(r.type, op.attrs["value"])
+
+    def op_nmp_program_id(self, op: Op) -> None:
+        self.vals[id(op.result)] = self.b.trunc(self.pids[op.attrs["axis"]], I32)
+
+    def op_nmp_num_programs(self, op: Op) -> None:
+        self.vals[id(op.result)] = self.b.trunc(self.nprogs[op.attrs["axis"]], I32)
+
+    def op_nmp_addptr(self, op: Op) -> None:
+        p, off = (self.scalar(o) for o in op.operands)
+        off = self.b.sext(off, I64) if off.type.width < 64 else off
+        self.vals[id(op.result)] = self.b.add(p, self.b.mul(off, _i64(op.attrs["elem_bytes"])))
+
+    def op_nmp_return(self, op: Op) -> None:
+        self.b.ret(_i64(0))
+
+    def op_nmp_const(self, op: Op) -> None:
+        r = op.result
+        c = _const(r.type.scalar, op.attrs["value"])
+        self.loop(r.type.numel, lambda i: self.store_elem(r, i, c))
+
+    def op_nmp_splat(self, op: Op) -> None:
+        r = op.result
+        x = self.scalar(op.operands[0])
+        self.loop(r.type.numel, lambda i: self.store_elem(r, i, x))
+
+    def op_nmp_iota(self, op: Op) -> None:
+        r = op.result
+        shape, axis, start = r.type.shape, op.attrs["axis"], op.attrs["start"]
+        strides = _row_major(shape)
+        ct = compute_type(r.type)
+
+        def body(idx):
+            flat = self._flat(idx, strides)
+            v = self.b.add(idx[axis], _i64(start))
+            self.store_elem(r, flat, v if ct.width == 64 else self.b.trunc(v, ct))
+
+        self.loop_nest(shape, body)
+
+    def _flat(self, idx: list[ir.Value], strides: tuple[int, ...]) -> ir.Value:
+        acc = None
+        for i, s in zip(idx, strides):
+            if s == 0:
+                continue
+            term = i if s == 1 else self.b.mul(i, _i64(s))
+            acc = term if acc is None else self.b.add(acc, term)
+        return acc if acc is not None else _i64(0)
+
+    def op_nmp_view(self, op: Op) -> None:
+        self.bufs[id(op.result)] = self.buffer(op.operands[0])
+
+    def op_nmp_broadcast(self, op: Op) -> None:
+        src, r = op.operands[0], op.result
+        out_shape = r.type.shape
+        in_strides = tuple(0 if d == 1 else s for d, s in zip(src.type.shape, _row_major(src.type.shape)))
+        out_strides = _row_major(out_shape)
+
+        def body(idx):
+            x = self.b.load(self.b.gep(self.buffer(src), [self._flat(idx, in_strides)]))
+            self.b.store(x, self.b.gep(self.buffer(r), [self._flat(idx, out_strides)]))
+
+        self.loop_nest(out_shape, body)
+
+    def op_nmp_transpose(self, op: Op) -> None:
+        src, r = op.operands[0], op.result
+        order = op.attrs["order"]
+        in_strides = _row_major(src.type.shape)
+        perm_strides = tuple(in_strides[o] for o in order)
+        out_strides = _row_major(r.type.shape)
+
+        def body(idx):
+            x = self.b.load(self.b.gep(self.buffer(src), [self._flat(idx, perm_strides)]))
+            self.b.store(x, self.b.gep(self.buffer(r), [self._flat(idx, out_strides)]))
+
+        self.loop_nest(r.type.shape, body)
+
+    def op_nmp_vec(self, op: Op) -> None:
+        r = op.result
+        fn = op.attrs["fn"]
+        tys = [o.type for o in op.operands]
+
+        def body(i):
+            args = [self.load_elem(o, i) for o in op.operands]
+            self.store_elem(r, i, emit_elementwise(self.b, fn, op.attrs, args, tys, r.type))
+
+        self.loop(r.type.numel, body)
+        self.count("vec_elems", _i64(r.type.numel))
+
+    def op_nmp_matmul(self, op: Op) -> None:
+        a, bm, acc = op.operands
+        r = op.result
+        m, k = a.type.shape[-2:]
+        n = bm.type.shape[-1]
+        if len(a.type.shape) != 2:
+            raise NotImplementedError("batched tl.dot (3-D operands)")
+        self.copy_tile(r, acc)
+        is_int = r.type.is_int
+        b = self.b
+
+        def row(i):
+            def kk(kv):
+                av = self.load_elem(a, b.add(b.mul(i, _i64(k)), kv))
+                if is_int:
+                    av = b.sext(av, compute_type(r.type))
+
+                def col(j):
+                    bv = self.load_elem(bm, b.add(b.mul(kv, _i64(n)), j))
+                    oi = b.add(b.mul(i, _i64(n)), j)
+                    cur = self.load_elem(r, oi)
+                    if is_int:
+                        new = b.add(cur, b.mul(av, b.sext(bv, cur.type)))
+                    else:
+                        fma = self.module.globals.get("llvm.fmuladd.f32") or ir.Function(
+                            self.module, ir.FunctionType(F32, [F32, F32, F32]), "llvm.fmuladd.f32")
+                        new = b.call(fma, [av, bv, cur])
+                    self.store_elem(r, oi, new)
+
+                self.loop(n, col)
+
+            self.loop(k, kk)
+
+        self.loop(m, row)
+        self.count("macs", _i64(m * n * k))
+
+    def op_nmp_reduce(self, op: Op) -> None:
+        inputs = op.operands
+        shape = inputs[0].type.shape
+        axis = op.attrs["axis"]
+        outer = _prod(shape[:axis])
+        n = shape[axis]
+        inner = _prod(shape[axis + 1:])
+        region = op.regions[0].block
+        b = self.b
+        results = op.results
+        scalar_out = not results[0].type.is_tensor
+
+        def combine(accs, vals):
+            for arg, v in zip(region.args, list(accs) + list(vals)):
+                self.vals[id(arg)] = v
+            out = None
+            for inner_op in region.ops:
+                if inner_op.name == "nmp.yield":
+                    out = [self.scalar(o) for o in inner_op.operands]
+                else:
+                    self.emit_block([inner_op])
+            return out
+
+        def at(o, k):
+            return b.add(b.add(b.mul(o, _i64(n * inner)), b.mul(k, _i64(inner))), i_cur[0])
+
+        i_cur = [None]
+        out_vals = [None]
+
+        def per_position(o, i):
+            i_cur[0] = i
+            init = [self.load_elem(x, at(o, _i64(0))) for x in inputs]
+            pre = b.block
+            hdr = self.fn.append_basic_block("red")
+            bodyb = self.fn.append_basic_block("red_body")
+            exitb = self.fn.append_basic_block("red_end")
+            b.branch(hdr)
+            b.position_at_end(hdr)
+            kphi = b.phi(I64)
+            kphi.add_incoming(_i64(1), pre)
+            phis = []
+            for v in init:
+                p = b.phi(v.type)
+                p.add_incoming(v, pre)
+                phis.append(p)
+            b.cbranch(b.icmp_signed("<", kphi, _i64(n)), bodyb, exitb)
+            b.position_at_end(bodyb)
+            vals = [self.load_elem(x, at(o, kphi)) for x in inputs]
+            new = combine(phis, vals)
+            latch = b.block
+            kphi.add_incoming(b.add(kphi, _i64(1)), latch)
+            for p, v in zip(phis, new):
+                p.add_incoming(v, latch)
+            b.branch(hdr)
+            b.position_at_end(exitb)
+            if scalar_out:
+                out_vals[0] = phis
+            else:
+                oi = b.add(b.mul(o, _i64(inner)), i)
+                for res, p in zip(results, phis):
+                    self.store_elem(res, oi, p)
+
+        if scalar_out:
+            per_position(_i64(0), _i64(0))
+            for res, p in zip(results, out_vals[0]):
+                self.vals[id(res)] = p
+        else:
+            self.loop(outer, lambda o: self.loop(inner, lambda i: per_position(o, i)))
+        self.count("vec_elems", _i64(_prod(shape)))
+
+    def op_scf_for(self, op: Op) -> None:
+        lb, ub, step = (self.scalar(o) for o in op.operands[:3])
+        inits = op.operands[3:]
+        body = op.regions[0].block
+        iv, bargs = body.args[0], body.args[1:]
+        b = self.b
+        for barg, init in zip(bargs, inits):
+            if barg.type.is_tensor:
+                self.copy_tile(barg, init)
+        pre = b.block
+        hdr = self.fn.append_basic_block("for")
+        bodyb = self.fn.append_basic_block("for_body")
+        exitb = self.fn.append_basic_block("for_end")
+        b.branch(hdr)
+        b.position_at_end(hdr)
+        ivp = b.phi(lb.type)
+        ivp.add_incoming(lb, pre)
+        phis = {}
+        for barg, init in zip(bargs, inits):
+            if not barg.type.is_tensor:
+                p = b.phi(self.scalar(init).type)
+                p.add_incoming(self.scalar(init), pre)
+                phis[id(barg)] = p
+                self.vals[id(barg)] = p
+        self.vals[id(iv)] = ivp
+        b.cbranch(b.icmp_signed("<", ivp, ub), bodyb, exitb)
+        b.position_at_end(bodyb)
+        self.emit_block(body.ops[:-1])
+        yield_op = body.ops[-1]
+        self._copy_yields(bargs, yield_op.operands)
+        latch = b.block
+        ivp.add_incoming(b.add(ivp, step), latch)
+        for barg, y in zip(bargs, yield_op.operands):
+            if id(barg) in phis:
+                phis[id(barg)].add_incoming(self.scalar(y), latch)
+        b.branch(hdr)
+        b.position_at_end(exitb)
+        for r, barg in zip(op.results, bargs):
+            if r.type.is_tensor:
+                self.bufs[id(r)] = self.buffer(barg)
+            else:
+                self.vals[id(r)] = phis[id(barg)]
+
+    def _copy_yields(self, dsts: list[Value], srcs: list[Value]) -> None:
+        """Copy yielded tiles into loop-carried buffers, through temporaries when they overlap."""
+        pairs = [(d, s) for d, s in zip(dsts, srcs) if d.type.is_tensor and self.buffer(d) is not self.buffer(s)]
+        dst_bufs = {id(self.buffer(d)) for d, _ in pairs}
+        staged = []
+        for d, s in pairs:
+            if id(self.buffer(s)) in dst_bufs:
+                tmp = Value(s.name + "_stage", s.type)
+                self.copy_tile(tmp, s)
+                staged.append((d, tmp))
+            else:
+                staged.append((d, s))
+        for d, s in staged:
+            self.copy_tile(d, s)
+
+    def op_scf_if(self, op: Op) -> None:
+        b = self.b
+        cond = self.scalar(op.operands[0])
+        then_b = self.fn.append_basic_block("then")
+        else_b = self.fn.append_basic_block("else")
+        merge = self.fn.append_basic_block("endif")
+        b.cbranch(cond, then_b, else_b)
+        incoming = []
+        for region, blk in zip(op.regions, (then_b, else_b)):
+            b.position_at_end(blk)
+            ops = region.block.ops
+            self.emit_block(ops[:-1])
+            y = ops[-1]
+            if b.block.is_terminated:
+                continue
+            for r, s in zip(op.results, y.operands):
+                if r.type.is_tensor:
+                    self.copy_tile(r, s)
+            incoming.append((b.block, [self.scalar(s) if not r.type.is_tensor else None
+                                       for r, s in zip(op.results, y.operands)]))
+            b.branch(merge)
+        b.position_at_end(merge)
+        if not incoming:
+            b.unreachable()
+            return
+        for k, r in enumerate(op.results):
+            if r.type.is_tensor:
+                continue
+            p = b.phi(compute_type(r.type))
+            for blk, vals in incoming:
+                p.add_incoming(vals[k], blk)
+            self.vals[id(r)] = p
+
+    def op_scf_while(self, op: Op) -> None:
+        b = self.b
+        before, after = op.regions[0].block, op.regions[1].block
+        for a, init in zip(before.args, op.operands):
+            if a.type.is_tensor:
+                self.copy_tile(a, init)
+        pre = b.block
+        hdr = self.fn.append_basic_block("while")
+        afterb = self.fn.append_basic_block("while_body")
+        exitb = self.fn.append_basic_block("while_end")
+        b.branch(hdr)
+        b.position_at_end(hdr)
+        phis = {}
+        for a, init in zip(before.args, op.operands):
+            if not a.type.is_tensor:
+                p = b.phi(self.scalar(init).type)
+                p.add_incoming(self.scalar(init), pre)
+                phis[id(a)] = p
+                self.vals[id(a)] = p
+        self.emit_block(before.ops[:-1])
+        cond_op = before.ops[-1]
+        cond = self.scalar(cond_op.operands[0])
+        fwd = cond_op.operands[1:]
+        for a, v in zip(after.args, fwd):
+            if a.type.is_tensor:
+                self.bufs[id(a)] = self.buffer(v)
+            else:
+                self.vals[id(a)] = self.scalar(v)
+        for r, v in zip(op.results, fwd):
+            if r.type.is_tensor:
+                self.bufs[id(r)] = self.buffer(v)
+            else:
+                self.vals[id(r)] = self.scalar(v)
+        b.cbranch(cond, afterb, exitb)
+        b.position_at_end(afterb)
+        self.emit_block(after.ops[:-1])
+        y = after.ops[-1]
+        self._copy_yields(before.args, y.operands)
+        latch = b.block
+        for a, v in zip(before.args, y.operands):
+            if id(a) in phis:
+                phis[id(a)].add_incoming(self.scalar(v), latch)
+        b.branch(hdr)
+        b.position_at_end(exitb)
+
+    # -- memory ----------------------------------------------------------------------------------------
+    def _dma_operands(self, op: Op):
+        rank = op.attrs["rank"]
+        ops = op.operands
+        root = ops[0]
+        offset = self.scalar(ops[1])
+        strides = [self.scalar(x) for x in ops[2:2 + rank]]
+        bounds = [self.scalar(x) for x in ops[2 + rank:2 + 2 * rank]]
+        pos = 2 + 2 * rank
+        guard = None
+        if op.attrs.get("guarded"):
+            guard = self.scalar(ops[pos])
+            pos += 1
+        return root, offset, strides, bounds, guard, pos
+
+    def _valid_box(self, shape, bounds, guard):
+        """Clamp each dimension's bound to [0, size]; returns (valid counts, any-valid, full-tile)."""
+        b = self.b
+        valid = []
+        ok = ir.Constant(I1, 1) if guard is None else guard
+        full = ok
+        for n, hi in zip(shape, bounds):
+            c = b.select(b.icmp_signed("<", hi, _i64(0)), _i64(0), hi)
+            c = b.select(b.icmp_signed(">", c, _i64(n)), _i64(n), c)
+            valid.append(c)
+            ok = b.and_(ok, b.icmp_signed(">", c, _i64(0)))
+            full = b.and_(full, b.icmp_signed("==", c, _i64(n)))
+        return valid, ok, full
+
+    def _check_range(self, op: Op, root: Value, offset, strides, valid, esize: int) -> None:
+        """One bounds check for a whole descriptor: the lowest and highest byte it touches."""
+        b = self.b
+        lo, hi = offset, offset
+        for s, n in zip(strides, valid):
+            ext = b.mul(s, b.sub(n, _i64(1)))
+            neg = b.icmp_signed("<", ext, _i64(0))
+            lo = b.add(lo, b.select(neg, ext, _i64(0)))
+            hi = b.add(hi, b.select(neg, _i64(0), ext))
+        hi = b.add(hi, _i64(esize))
+        index, _base, span = self.arg_info[id(root)]
+        bad = b.or_(b.icmp_signed("<", lo, _i64(0)), b.icmp_signed(">", hi, span))
+        self.fail_if(bad, STATUS_OOB, self.site(op, root.name), index, lo, hi)
+
+    def _box_copy(self, tile: Value, base_addr, offset, strides, valid, to_tile: bool) -> None:
+        """Copy the valid box between global memory and a tile buffer (row-major in the tile)."""
+        b = self.b
+        shape = tile.type.shape
+        st = storage_type(tile.type)
+        esize = _storage_bytes(tile.type)
+        tstrides = _row_major(shape)
+        rank = len(shape)
+        buf = self.buffer(tile)
+
+        def addr_of(idx):
+            a = b.add(base_addr, offset)
+            for i, s in zip(idx, strides):
+                a = b.add(a, b.mul(i, s))
+            return a
+
+        def outer(idx):
+            if rank == 0:
+                p = b.inttoptr(addr_of([]), st.as_pointer())
+                if to_tile:
+                    b.store(b.load(p), buf)
+                else:
+                    b.store(b.load(buf), p)
+                return
+            row_addr = addr_of(idx + [_i64(0)])
+            trow = self._flat(idx + [_i64(0)], tstrides)
+            contiguous = b.icmp_signed("==", strides[-1], _i64(esize))
+            with b.if_else(contiguous) as (then, otherwise):
+                with then:
+                    gp = b.inttoptr(row_addr, st.as_pointer())
+                    tp = b.gep(buf, [trow])
+                    nbytes = b.mul(valid[-1], _i64(esize))
+                    if to_tile:
+                        self.memcpy(tp, gp, nbytes)
+                    else:
+                        self.memcpy(gp, tp, nbytes)
+                with otherwise:
+                    def elem(j):
+                        gp = b.inttoptr(b.add(row_addr, b.mul(j, strides[-1])), st.as_pointer())
+                        tp = b.gep(buf, [b.add(trow, j)])
+                        if to_tile:
+                            b.store(b.load(gp), tp)
+                        else:
+                            b.store(b.load(tp), gp)
+
+                    self.loop(valid[-1], elem)
+
+        def rec(d, idx):
+            if d >= rank - 1:
+                outer(idx)
+                return
+            self.loop(valid[d], lambda i: rec(d + 1, idx + [i]))
+
+        rec(0, [])
+
+    def op_nmp_dma_load(self, op: Op) -> None:
+        b = self.b
+        r = op.result
+        shape = r.type.shape
+        root, offset, strides, bounds, guard, pos = self._dma_operands(op)
+        other = op.operands[pos] if op.attrs.get("has_other") else None
+        esize = _elem_size(r.type)
+        valid, ok, full = self._valid_box(shape, bounds, guard)
+        is_scalar = not r.type.is_tensor
+        tile = Value(r.name + "_spm", r.type) if is_scalar else r
+        with b.if_then(b.not_(full)):
+            if other is None:
+                zero = ir.Constant(storage_type(r.type), 0)
+                self.loop(r.type.numel, lambda i: b.store(zero, b.gep(self.buffer(tile), [i])))
+            elif other.type.is_tensor:
+                self.copy_tile(tile, other)
+            else:
+                ov = to_storage(b, self.scalar(other), r.type)
+                self.loop(r.type.numel, lambda i: b.store(ov, b.gep(self.buffer(tile), [i])))
+        with b.if_then(ok):
+            self._check_range(op, root, offset, strides, valid, esize)
+            self._box_copy(tile, self.arg_info[id(root)][1], offset, strides, valid, True)
+            self.count("dma_loads", _i64(1))
+            self.count("dma_load_bytes", b.mul(_prod_values(b, valid), _i64(esize)))
+        if is_scalar:
+            self.vals[id(r)] = self.load_elem(tile, _i64(0))
+
+    def op_nmp_dma_store(self, op: Op) -> None:
+        b = self.b
+        root, offset, strides, bounds, guard, pos = self._dma_operands(op)
+        value = op.operands[pos]
+        shape = value.type.shape
+        esize = _elem_size(value.type)
+        valid, ok, _full = self._valid_box(shape, bounds, guard)
+        if not value.type.is_tensor:
+            tile = Value(value.name + "_spm", value.type)
+            self.store_elem(tile, _i64(0), self.scalar(value))
+        else:
+            tile = value
+        with b.if_then(ok):
+            self._check_range(op, root, offset, strides, valid, esize)
+            self._box_copy(tile, self.arg_info[id(root)][1], offset, strides, valid, False)
+            self.count("dma_stores", _i64(1))
+            self.count("dma_store_bytes", b.mul(_prod_values(b, valid), _i64(esize)))
+
+    def _elem_check(self, op: Op, root: Value, addr: ir.Value, esize: int, site: int) -> None:
+        b = self.b
+        index, base, span = self.arg_info[id(root)]
+        off = b.sub(addr, base)
+        bad = b.or_(b.icmp_signed("<", off, _i64(0)), b.icmp_signed(">", b.add(off, _i64(esize)), span))
+        self.fail_if(bad, STATUS_OOB, site, index, off, b.add(off, _i64(esize)))
+
+    def op_nmp_gather(self, op: Op) -> None:
+        b = self.b
+        root, ptrs = op.operands[0], op.operands[1]
+        pos = 2
+        mask = other = None
+        if op.attrs.get("has_mask"):
+            mask = op.operands[pos]
+            pos += 1
+        if op.attrs.get("has_other"):
+            other = op.operands[pos]
+        r = op.result
+        st = storage_type(r.type)
+        esize = _elem_size(r.type)
+        site = self.site(op, root.name)
+        scalar = not r.type.is_tensor
+        tile = Value(r.name + "_spm", r.type) if scalar else r
+
+        def get(v, i):
+            return self.scalar(v) if not v.type.is_tensor else self.load_elem(v, i)
+
+        def body(i):
+            m = get(mask, i) if mask is not None else ir.Constant(I1, 1)
+            with b.if_else(m) as (then, otherwise):
+                with then:
+                    addr = get(ptrs, i)
+                    self._elem_check(op, root, addr, esize, site)
+                    b.store(b.load(b.inttoptr(addr, st.as_pointer())), b.gep(self.buffer(tile), [i]))
+                with otherwise:
+                    if other is not None:
+                        self.store_elem(tile, i, get(other, i))
+                    else:
+                        b.store(ir.Constant(st, 0), b.gep(self.buffer(tile), [i]))
+
+        self.loop(r.type.numel, body)
+        self.count("gather_elems", _i64(r.type.numel))
+        if scalar:
+            self.vals[id(r)] = self.load_elem(tile, _i64(0))
+
+    def op_nmp_scatter(self, op: Op) -> None:
+        b = self.b
+        root, ptrs, value = op.operands[:3]
+        mask = op.operands[3] if op.attrs.get("has_mask") else None
+        st = storage_type(value.type)
+        esize = _elem_size(value.type)
+        site = self.site(op, root.name)
+        n = value.type.numel
+
+        def get(v, i):
+            return self.scalar(v) if not v.type.is_tensor else self.load_elem(v, i)
+
+        def body(i):
+            m = get(mask, i) if mask is not None else ir.Constant(I1, 1)
+            with b.if_then(m):
+                addr = get(ptrs, i)
+                self._elem_check(op, root, addr, esize, site)
+                x = to_storage(b, get(value, i), value.type)
+                b.store(x, b.inttoptr(addr, st.as_pointer()))
+
+        self.loop(n, body)
+        self.count("scatter_elems", _i64(n))
+
+
+def _storage_bytes(t: Ty) -> int:
+    st = storage_type(t)
+    if isinstance(st, ir.IntType):
+        return st.width // 8
+    return 8 if st == F64 else 4
+
+
+def _prod(xs) -> int:
+    p = 1
+    for x in xs:
+        p *= x
+    return p
+
+
+def _prod_values(b: ir.IRBuilder, vals: list[ir.Value]) -> ir.Value:
+    acc = _i64(1)
+    for v in vals:
+        acc = b.mul(acc, v)
+    return acc
+
+
+def _row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= d
+    return tuple(reversed(strides))
+
+
+def _const(t: Ty, value) -> ir.Constant:
+    ct = compute_type(t)
+    if isinstance(ct, ir.IntType):
+        v = int(value)
+        if ct.width == 1:
+            v = 1 if v else 0
+        return ir.Constant(ct, v)
+    return ir.Constant(ct, float(value))
+
+
+def _op_label(op: Op) -> str:
+    names = {"nmp.dma_load": "tt.load", "nmp.gather": "tt.load", "nmp.dma_store": "tt.store",
+             "nmp.scatter": "tt.store"}
+    if op.name == "nmp.vec":
+        return op.attrs.get("fn", op.name)
+    return names.get(op.name, op.name)
+
+
+def _triton_ty(elem: str | None) -> str:
+    return {"f16": "fp16", "bf16": "bf16", "f32": "fp32", "f64": "fp64"}.get(elem or "", elem or "")
+
+
+def generate_llvm(mod: Module, triple: str, data_layout: str) -> CodegenResult:
+    """nmpir module -> LLVM IR text plus the metadata the simulator needs."""
+    return KernelCodegen(mod.kernel, triple, data_layout).build()

@@ -1,0 +1,179 @@
+"""The nmp Triton backend: options and the compilation pipeline ttir -> nmpir -> llir -> nmpbin.
+
+Each stage is one function from one IR to the next. `ttir` runs Triton's own TTIR passes; `nmpir`
+imports the printed TTIR and lowers it to the near-memory tile dialect; `llir` generates and
+optimises LLVM IR with llvmlite; `nmpbin` is the host object file the simulator loads. Every stage's
+text lands in `compiled.asm[...]`, in Triton's cache and in TRITON_KERNEL_DUMP dumps.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from triton._C.libtriton import ir, passes
+from triton.backends.compiler import BaseBackend, GPUTarget, Language
+
+from triton_nmp.errors import NMPCompilationError
+
+from . import llvm_target
+from .codegen import generate_llvm
+from .lower_nmpir import lower_to_nmpir
+from .nmpir import print_module
+from .ttir_import import import_ttir
+
+VERSION = "0.1.0"
+
+
+@functools.lru_cache(None)
+def _source_hash() -> str:
+    """Hash of the compiler's own sources: any change invalidates cached binaries."""
+    h = hashlib.sha256(VERSION.encode())
+    root = Path(__file__).parent
+    for p in sorted(root.glob("*.py")):
+        h.update(p.name.encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class NMPOptions:
+    """Compile options. `num_warps` and `num_ctas` are accepted for portability and ignored by design
+    (one program runs on one PU); `num_stages` is the multi-buffering depth for loops that load tiles."""
+
+    num_warps: int = 4
+    num_ctas: int = 1
+    num_stages: int = 1
+    warp_size: int = 1
+    debug: bool = False
+    sanitize_overflow: bool = False
+    backend_name: str = "nmp"
+    arch: str = ""
+    enable_fp_fusion: bool = True
+    launch_cooperative_grid: bool = False
+    launch_pdl: bool = False
+    supported_fp8_dtypes: tuple[str, ...] = ("fp8e5", "fp8e4nv", "fp8e4b15")
+    deprecated_fp8_dot_operand_dtypes: tuple[str, ...] = ()
+    default_dot_input_precision: str = "ieee"
+    allowed_dot_input_precisions: tuple[str, ...] = ("ieee", "tf32", "tf32x3", "bf16x3", "bf16x6")
+    max_num_imprecise_acc_default: int = 0
+    extern_libs: tuple | None = None
+    instrumentation_mode: str = ""
+    fpsan_homomorphic_casts: bool = False
+    ir_override: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.num_stages < 1:
+            raise NMPCompilationError(f"num_stages must be >= 1, got {self.num_stages}")
+        if self.num_warps < 1 or self.num_ctas < 1:
+            raise NMPCompilationError("num_warps and num_ctas must be >= 1")
+
+    def hash(self) -> str:
+        key = "_".join(f"{k}-{v}" for k, v in sorted(self.__dict__.items()))
+        return hashlib.sha256(key.encode()).hexdigest()
+
+
+class NMPIR:
+    """The nmpir stage's result: the module for the next stage, its text for caches and dumps."""
+
+    def __init__(self, module):
+        self.module = module
+        self._text: str | None = None
+
+    def __str__(self) -> str:
+        if self._text is None:
+            self._text = print_module(self.module)
+        return self._text
+
+
+def _min_dot_size(lhs_type, rhs_type):
+    return (1, 1, 1)
+
+
+class NMPBackend(BaseBackend):
+    binary_ext = "nmpbin"
+
+    @staticmethod
+    def supports_target(target: GPUTarget) -> bool:
+        return target.backend == "nmp"
+
+    def __init__(self, target: GPUTarget) -> None:
+        super().__init__(target)
+        self.binary_ext = "nmpbin"
+
+    def hash(self) -> str:
+        return f"nmp-{VERSION}-{_source_hash()[:16]}-{self.target.arch}-{llvm_target.host_fingerprint()}"
+
+    def parse_options(self, opts: dict) -> Any:
+        args = {k: opts[k] for k in NMPOptions.__dataclass_fields__ if k in opts and opts[k] is not None}
+        args["arch"] = str(self.target.arch)
+        args["warp_size"] = 1
+        if "extern_libs" in args and isinstance(args["extern_libs"], dict):
+            args["extern_libs"] = tuple(args["extern_libs"].items())
+        for k in ("supported_fp8_dtypes", "deprecated_fp8_dot_operand_dtypes", "allowed_dot_input_precisions"):
+            if k in args:
+                args[k] = tuple(args[k])
+        return NMPOptions(**args)
+
+    def pack_metadata(self, metadata):
+        return (metadata.num_warps, metadata.num_ctas, metadata.shared)
+
+    def get_codegen_implementation(self, options):
+        return {"min_dot_size": _min_dot_size}
+
+    def get_module_map(self) -> dict[str, ModuleType]:
+        return {}
+
+    def load_dialects(self, ctx) -> None:
+        return None
+
+    # -- stages ---------------------------------------------------------------------------------------
+    @staticmethod
+    def make_ttir(mod, metadata, options):
+        pm = ir.pass_manager(mod.context)
+        pm.enable_debug()
+        passes.common.add_inliner(pm)
+        passes.ttir.add_rewrite_tensor_descriptor_to_pointer(pm)
+        passes.common.add_canonicalizer(pm)
+        passes.ttir.add_combine(pm)
+        passes.ttir.add_reorder_broadcast(pm)
+        passes.common.add_cse(pm)
+        passes.common.add_symbol_dce(pm)
+        passes.ttir.add_loop_unroll(pm)
+        pm.run(mod, "make_ttir")
+        return mod
+
+    @staticmethod
+    def make_nmpir(src, metadata, options) -> NMPIR:
+        module = import_ttir(str(src))
+        metadata["name"] = module.kernel.name
+        return NMPIR(lower_to_nmpir(module))
+
+    @staticmethod
+    def make_llir(src: NMPIR, metadata, options) -> str:
+        tm = llvm_target.target_machine()
+        result = generate_llvm(src.module, tm.triple, str(tm.target_data))
+        metadata["name"] = src.module.kernel.name
+        metadata["nmp_entry"] = result.entry
+        metadata["nmp_args"] = result.args
+        metadata["nmp_sites"] = [s.__dict__ for s in result.sites]
+        metadata["nmp_counters"] = list(result.counters)
+        metadata["nmp_spm_bytes"] = result.spm_bytes
+        metadata["shared"] = 0  # scratchpad use is reported in nmp_spm_bytes until buffer planning lands
+        return llvm_target.optimize(result.llvm_ir, src.module.kernel.name)
+
+    @staticmethod
+    def make_nmpbin(src: str, metadata, options) -> bytes:
+        return llvm_target.emit_object(src)
+
+    def add_stages(self, stages: dict, options: object, language: Language) -> None:
+        if language != Language.TRITON:
+            raise NMPCompilationError("only Triton kernels (not Gluon) can be compiled for nmp")
+        stages["ttir"] = lambda src, metadata: self.make_ttir(src, metadata, options)
+        stages["nmpir"] = lambda src, metadata: self.make_nmpir(src, metadata, options)
+        stages["llir"] = lambda src, metadata: self.make_llir(src, metadata, options)
+        stages["nmpbin"] = lambda src, metadata: self.make_nmpbin(src, metadata, options)

@@ -1,0 +1,165 @@
+"""The project's own SSA form, shared by the imported TTIR and the nmp tile dialect.
+
+Triton's Python bindings cannot walk from a value to its defining op, so TTIR is imported from its
+printed text into these classes (see `ttir_import`). The same classes carry `nmpir`: a dialect is
+just a set of op names, which keeps every stage a plain function from one module to the next.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+INT_TYPES = {"i1": 1, "i8": 8, "i16": 16, "i32": 32, "i64": 64}
+FLOAT_TYPES = {"f16": 16, "bf16": 16, "f32": 32, "f64": 64, "f8E4M3FN": 8, "f8E5M2": 8}
+
+
+@dataclass(frozen=True)
+class Ty:
+    """A scalar or tensor type. `elem` is an int/float name or "ptr" (then `pointee` names the element)."""
+
+    elem: str
+    shape: tuple[int, ...] = ()
+    pointee: str | None = None
+
+    @property
+    def is_tensor(self) -> bool:
+        return bool(self.shape)
+
+    @property
+    def is_ptr(self) -> bool:
+        return self.elem == "ptr"
+
+    @property
+    def is_int(self) -> bool:
+        return self.elem in INT_TYPES
+
+    @property
+    def is_float(self) -> bool:
+        return self.elem in FLOAT_TYPES
+
+    @property
+    def bits(self) -> int:
+        if self.is_ptr:
+            return 64
+        return INT_TYPES.get(self.elem) or FLOAT_TYPES[self.elem]
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def scalar(self) -> Ty:
+        return Ty(self.elem, (), self.pointee)
+
+    def with_shape(self, shape: tuple[int, ...]) -> Ty:
+        return Ty(self.elem, tuple(shape), self.pointee)
+
+    def with_elem(self, elem: str, pointee: str | None = None) -> Ty:
+        return Ty(elem, self.shape, pointee)
+
+    def __str__(self) -> str:
+        base = f"!tt.ptr<{self.pointee}>" if self.is_ptr else self.elem
+        if self.shape:
+            return "tensor<" + "x".join(str(d) for d in self.shape) + "x" + base + ">"
+        return base
+
+
+@dataclass(frozen=True)
+class Loc:
+    """A source location: the Python file and line that produced an op."""
+
+    file: str = ""
+    line: int = 0
+    col: int = 0
+
+    def __str__(self) -> str:
+        if not self.file:
+            return "<unknown location>"
+        return f"{self.file}:{self.line}:{self.col}"
+
+    @property
+    def known(self) -> bool:
+        return bool(self.file)
+
+
+UNKNOWN_LOC = Loc()
+
+
+@dataclass(eq=False)
+class Value:
+    name: str
+    type: Ty
+    owner: Any = None  # the defining Op, or the Block for block arguments
+
+    def __repr__(self) -> str:
+        return f"%{self.name}:{self.type}"
+
+
+@dataclass(eq=False)
+class Block:
+    args: list[Value] = field(default_factory=list)
+    ops: list[Op] = field(default_factory=list)
+
+    def add_arg(self, name: str, ty: Ty) -> Value:
+        v = Value(name, ty, self)
+        self.args.append(v)
+        return v
+
+
+@dataclass(eq=False)
+class Region:
+    blocks: list[Block] = field(default_factory=list)
+
+    @property
+    def block(self) -> Block:
+        return self.blocks[0]
+
+
+@dataclass(eq=False)
+class Op:
+    name: str
+    operands: list[Value] = field(default_factory=list)
+    results: list[Value] = field(default_factory=list)
+    attrs: dict[str, Any] = field(default_factory=dict)
+    regions: list[Region] = field(default_factory=list)
+    loc: Loc = UNKNOWN_LOC
+
+    @property
+    def result(self) -> Value:
+        return self.results[0]
+
+    def walk(self) -> Iterator[Op]:
+        """Pre-order walk over this op and every op nested in its regions."""
+        yield self
+        for r in self.regions:
+            for b in r.blocks:
+                for op in b.ops:
+                    yield from op.walk()
+
+
+@dataclass(eq=False)
+class Func:
+    name: str
+    args: list[Value]
+    arg_locs: list[Loc]
+    body: Block
+    loc: Loc = UNKNOWN_LOC
+    result_types: list[Ty] = field(default_factory=list)
+
+    def walk(self) -> Iterator[Op]:
+        for op in self.body.ops:
+            yield from op.walk()
+
+
+@dataclass(eq=False)
+class Module:
+    funcs: list[Func] = field(default_factory=list)
+
+    @property
+    def kernel(self) -> Func:
+        return self.funcs[-1]

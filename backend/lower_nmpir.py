@@ -1,0 +1,456 @@
+"""TTIR -> nmpir: choose a DMA descriptor or a gather for every access, turn tensor ops into tile ops.
+
+The conversion walks the imported TTIR in order. Loads and stores go down the ladder: a structured
+DMA when pointer analysis and mask analysis both succeed, else an element gather/scatter with
+per-element checks. Loop-carried tensors of pointers or offsets whose strides do not change in the
+loop become a scalar loop-carried byte offset (their tile is never built). Every other tensor op
+becomes a tile op; tiles that only fed DMA descriptors are removed by dead-code elimination.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from triton_nmp.errors import NMPCompilationError
+
+from .access import Affine, AffineAnalysis, MaskAnalysis, MaskBox, elem_bytes
+from .codegen_scalar import ELEMENTWISE_OPS
+from .ir import Block, Func, Loc, Module, Op, Region, Ty, Value
+from .nmpir import eliminate_dead_code, verify
+
+I64 = Ty("i64")
+I1 = Ty("i1")
+
+_SIMPLE = {
+    "tt.splat": "nmp.splat",
+    "tt.broadcast": "nmp.broadcast",
+    "tt.expand_dims": "nmp.view",
+    "tt.reshape": "nmp.view",
+    "tt.trans": "nmp.transpose",
+    "tt.dot": "nmp.matmul",
+    "tt.get_program_id": "nmp.program_id",
+    "tt.get_num_programs": "nmp.num_programs",
+}
+
+
+class Lowering:
+    def __init__(self, func: Func):
+        self.func = func
+        self.aff = AffineAnalysis(func.args)
+        self.masks = MaskAnalysis(self.aff)
+        self.vmap: dict[int, Value] = {}
+        self.syms: dict[object, Value] = {}
+        self.block: Block | None = None
+        self.loc = Loc()
+        self.block_arg_init: dict[int, Value] = {}
+        self.counter = itertools.count()
+
+    # -- helpers -----------------------------------------------------------------------------------
+    def error(self, msg: str, hint: str = "") -> NMPCompilationError:
+        return NMPCompilationError(msg, kernel=self.func.name, loc=str(self.loc), hint=hint)
+
+    def emit(self, name: str, operands: list[Value], result_types: list[Ty], attrs: dict | None = None,
+             regions: list[Region] | None = None, names: list[str] | None = None) -> Op:
+        op = Op(name, list(operands), [], dict(attrs or {}), list(regions or []), self.loc)
+        for i, t in enumerate(result_types):
+            nm = names[i] if names else f"t{next(self.counter)}"
+            op.results.append(Value(nm, t, op))
+        self.block.ops.append(op)
+        return op
+
+    def const(self, value, ty: Ty = I64) -> Value:
+        return self.emit("arith.constant", [], [ty], {"value": value}, names=[f"c{value}"]).result
+
+    def get(self, v: Value) -> Value:
+        """The nmpir value of a TTIR value; builds the tile from its affine form when it has none."""
+        nv = self.vmap.get(id(v))
+        if nv is not None:
+            return nv
+        form = self.aff(v)
+        if form is not None and v.type.is_tensor:
+            nv = self.materialize(form, v.type)
+            return nv
+        raise self.error(f"internal: value %{v.name} has no lowering")
+
+    def sexpr(self, e) -> Value:
+        """Emit i64 scalar code for an `access.SExpr`."""
+        if isinstance(e, bool):
+            return self.const(int(e))
+        if isinstance(e, int):
+            return self.const(e)
+        kind = e[0]
+        if kind == "val":
+            v = self.get(e[1])
+            if v.type.elem == "i64":
+                return v
+            cast = "arith.extui" if v.type.elem == "i1" else "arith.extsi"
+            return self.emit(cast, [v], [I64]).result
+        if kind == "sym":
+            return self.syms[e[1]]
+        if kind == "i1":
+            return self.emit("arith.extui", [self.get(e[1])], [I64]).result
+        a, b = self.sexpr(e[1]), self.sexpr(e[2])
+        name = {"add": "arith.addi", "sub": "arith.subi", "mul": "arith.muli", "min": "arith.minsi"}[kind]
+        return self.emit(name, [a, b], [I64]).result
+
+    def materialize(self, form: Affine, ty: Ty) -> Value:
+        shape = ty.shape
+        i64_tile = Ty("i64", shape)
+        acc = self.emit("nmp.splat", [self.sexpr(form.offset)], [i64_tile]).result
+        for d, s in enumerate(form.strides):
+            if s == 0:
+                continue
+            idx = self.emit("nmp.iota", [], [i64_tile], {"start": 0, "axis": d}).result
+            sv = self.emit("nmp.splat", [self.sexpr(s)], [i64_tile]).result
+            prod = self.emit("nmp.vec", [idx, sv], [i64_tile], {"fn": "arith.muli"}).result
+            acc = self.emit("nmp.vec", [acc, prod], [i64_tile], {"fn": "arith.addi"}).result
+        if form.root is not None:
+            base = self.emit("nmp.splat", [self.get(form.root)], [ty]).result
+            return self.emit("nmp.vec", [base, acc], [ty], {"fn": "tt.addptr", "elem_bytes": 1}).result
+        if ty.elem != "i64":
+            return self.emit("nmp.vec", [acc], [ty], {"fn": "arith.trunci"}).result
+        return acc
+
+    def root_of(self, v: Value) -> Value | None:
+        """The pointer argument a pointer (tensor) derives from."""
+        seen = 0
+        while seen < 1000:
+            seen += 1
+            if any(v is a for a in self.func.args):
+                return v
+            if id(v) in self.block_arg_init:
+                v = self.block_arg_init[id(v)]
+                continue
+            op = v.owner if isinstance(v.owner, Op) else None
+            if op is None:
+                return None
+            if op.name in ("tt.splat", "tt.broadcast", "tt.expand_dims", "tt.reshape", "tt.trans", "tt.addptr"):
+                v = op.operands[0]
+                continue
+            if op.name == "arith.select":
+                a, b = self.root_of(op.operands[1]), self.root_of(op.operands[2])
+                return a if a is b else None
+            if op.name in ("scf.for", "scf.if", "scf.while"):
+                idx = op.results.index(v)
+                if op.name == "scf.for":
+                    v = op.operands[3 + idx]
+                elif op.name == "scf.while":
+                    v = op.operands[idx]
+                else:
+                    v = op.regions[0].block.ops[-1].operands[idx]
+                continue
+            return None
+        return None
+
+    # -- driver --------------------------------------------------------------------------------------
+    def run(self) -> Func:
+        body = Block()
+        args = []
+        for a in self.func.args:
+            na = Value(a.name, a.type, body)
+            body.args.append(na)
+            args.append(na)
+            self.vmap[id(a)] = na
+        self.block = body
+        self.lower_block(self.func.body)
+        return Func(self.func.name, args, self.func.arg_locs, body, self.func.loc)
+
+    def lower_block(self, block: Block) -> None:
+        for op in block.ops:
+            self.loc = op.loc if op.loc.known else self.loc
+            self.lower_op(op)
+
+    def bind(self, op: Op, new: Op) -> None:
+        for r, nr in zip(op.results, new.results):
+            self.vmap[id(r)] = nr
+
+    def lower_op(self, op: Op) -> None:
+        name = op.name
+        handler = getattr(self, "op_" + name.replace(".", "_"), None)
+        if handler is not None:
+            handler(op)
+            return
+        res_ty = op.results[0].type if op.results else None
+        if name in _SIMPLE:
+            attrs = {k: v for k, v in op.attrs.items() if k in ("axis", "order", "inputPrecision", "_words")}
+            if name in ("tt.get_program_id", "tt.get_num_programs"):
+                attrs["axis"] = {"x": 0, "y": 1, "z": 2}[op.attrs["_words"][0]]
+            new = self.emit(_SIMPLE[name], [self.get(o) for o in op.operands], [r.type for r in op.results], attrs,
+                            names=[r.name for r in op.results])
+            self.bind(op, new)
+            return
+        if name in ELEMENTWISE_OPS:
+            attrs = {"fn": name}
+            words = op.attrs.get("_words") or []
+            if words:
+                attrs["pred"] = words[0]
+            for k in ("rounding", "propagateNan", "symbol"):
+                if k in op.attrs:
+                    attrs[k] = op.attrs[k]
+            if name == "tt.addptr":
+                attrs["elem_bytes"] = elem_bytes(res_ty.pointee)
+            operands = [self.get(o) for o in op.operands]
+            if res_ty.is_tensor:
+                new = self.emit("nmp.vec", operands, [res_ty], attrs, names=[op.results[0].name])
+            else:
+                attrs.pop("fn")
+                if name == "tt.addptr":
+                    new = self.emit("nmp.addptr", operands, [res_ty], attrs, names=[op.results[0].name])
+                else:
+                    new = self.emit(name, operands, [res_ty], attrs, names=[op.results[0].name])
+            self.bind(op, new)
+            return
+        hint = "see the README's list of supported operations"
+        if name == "tt.elementwise_inline_asm":
+            raise self.error("inline assembly (tl.inline_asm_elementwise) is not supported on nmp",
+                             "write the operation with tl.* functions instead")
+        raise self.error(f"operation '{name}' is not supported on nmp", hint)
+
+    # -- specific ops ----------------------------------------------------------------------------------
+    def op_arith_constant(self, op: Op) -> None:
+        r = op.results[0]
+        if r.type.is_tensor:
+            val = op.attrs["value"]
+            if isinstance(val, list):
+                raise self.error("non-splat dense tensor constants are not supported yet")
+            new = self.emit("nmp.const", [], [r.type], {"value": val}, names=[r.name])
+        else:
+            new = self.emit("arith.constant", [], [r.type], {"value": op.attrs["value"]}, names=[r.name])
+        self.bind(op, new)
+
+    def op_tt_make_range(self, op: Op) -> None:
+        r = op.results[0]
+        new = self.emit("nmp.iota", [], [r.type], {"start": int(op.attrs.get("start", 0)), "axis": 0},
+                        names=[r.name])
+        self.bind(op, new)
+
+    def op_tt_return(self, op: Op) -> None:
+        if op.operands:
+            raise self.error("kernels cannot return values")
+        self.emit("nmp.return", [], [])
+
+    def _guard(self, box: MaskBox) -> Value | None:
+        ok = None
+        for g in box.guards:
+            gv = self.sexpr(g)
+            c = self.emit("arith.cmpi", [gv, self.const(0)], [I1], {"pred": "sgt"}).result
+            ok = c if ok is None else self.emit("arith.andi", [ok, c], [I1]).result
+        return ok
+
+    def _structured(self, ptr: Value, mask: Value | None, shape: tuple[int, ...]):
+        form = self.aff(ptr)
+        if form is None or form.root is None:
+            return None
+        box = self.masks(mask) if mask is not None else MaskBox((None,) * len(shape))
+        if box is None:
+            return None
+        offset = self.sexpr(form.offset)
+        strides = [self.sexpr(s) for s in form.strides]
+        bounds = [self.sexpr(b) if b is not None else self.const(n) for b, n in zip(box.bounds, shape)]
+        guard = self._guard(box)
+        return form.root, offset, strides, bounds, guard
+
+    def _arg_name(self, root: Value) -> str:
+        return root.name
+
+    def op_tt_load(self, op: Op) -> None:
+        ptr = op.operands[0]
+        mask = op.operands[1] if len(op.operands) > 1 else None
+        other = op.operands[2] if len(op.operands) > 2 else None
+        r = op.results[0]
+        shape = r.type.shape
+        if ptr.type.is_ptr and ptr.type.pointee and ptr.type.pointee.startswith("tensor<"):
+            raise self.error("block pointers (tl.make_block_ptr) are not supported on nmp yet",
+                             "use a tensor of pointers")
+        st = self._structured(ptr, mask, shape)
+        if st is not None:
+            root, offset, strides, bounds, guard = st
+            operands = [self.get(root), offset, *strides, *bounds]
+            attrs = {"rank": len(shape), "arg": root.name}
+            if guard is not None:
+                operands.append(guard)
+                attrs["guarded"] = True
+            if other is not None:
+                operands.append(self.get(other))
+                attrs["has_other"] = True
+            new = self.emit("nmp.dma_load", operands, [r.type], attrs, names=[r.name])
+            self.bind(op, new)
+            return
+        root = self.root_of(ptr)
+        if root is None:
+            raise self.error("cannot tell which kernel argument this load reads from",
+                             "pointers must derive from a pointer argument of the kernel")
+        operands = [self.get(root), self.get(ptr)]
+        attrs = {"arg": root.name}
+        if mask is not None:
+            operands.append(self.get(mask))
+            attrs["has_mask"] = True
+        if other is not None:
+            operands.append(self.get(other))
+            attrs["has_other"] = True
+        new = self.emit("nmp.gather", operands, [r.type], attrs, names=[r.name])
+        self.bind(op, new)
+
+    def op_tt_store(self, op: Op) -> None:
+        ptr, value = op.operands[0], op.operands[1]
+        mask = op.operands[2] if len(op.operands) > 2 else None
+        shape = value.type.shape
+        if ptr.type.is_ptr and ptr.type.pointee and ptr.type.pointee.startswith("tensor<"):
+            raise self.error("block pointers (tl.make_block_ptr) are not supported on nmp yet",
+                             "use a tensor of pointers")
+        st = self._structured(ptr, mask, shape)
+        if st is not None:
+            root, offset, strides, bounds, guard = st
+            operands = [self.get(root), offset, *strides, *bounds]
+            attrs = {"rank": len(shape), "arg": root.name}
+            if guard is not None:
+                operands.append(guard)
+                attrs["guarded"] = True
+            operands.append(self.get(value))
+            self.emit("nmp.dma_store", operands, [], attrs)
+            return
+        root = self.root_of(ptr)
+        if root is None:
+            raise self.error("cannot tell which kernel argument this store writes to",
+                             "pointers must derive from a pointer argument of the kernel")
+        operands = [self.get(root), self.get(ptr), self.get(value)]
+        attrs = {"arg": root.name}
+        if mask is not None:
+            operands.append(self.get(mask))
+            attrs["has_mask"] = True
+        self.emit("nmp.scatter", operands, [], attrs)
+
+    def _lower_region_into(self, region: Region, block: Block) -> None:
+        saved = self.block
+        self.block = block
+        self.lower_block(region.block)
+        self.block = saved
+
+    def op_scf_yield(self, op: Op) -> None:
+        self.emit("scf.yield", [self.get(o) for o in op.operands], [])
+
+    def op_scf_condition(self, op: Op) -> None:
+        self.emit("scf.condition", [self.get(o) for o in op.operands], [])
+
+    def op_tt_reduce_return(self, op: Op) -> None:
+        self.emit("nmp.yield", [self.get(o) for o in op.operands], [])
+
+    op_tt_scan_return = op_tt_reduce_return
+
+    def op_scf_if(self, op: Op) -> None:
+        cond = self.get(op.operands[0])
+        regions = []
+        for region in op.regions:
+            b = Block()
+            self._lower_region_into(region, b)
+            if not b.ops or b.ops[-1].name != "scf.yield":
+                b.ops.append(Op("scf.yield", [], [], {}, [], self.loc))
+            regions.append(Region([b]))
+        new = self.emit("scf.if", [cond], [r.type for r in op.results], {}, regions,
+                        names=[r.name for r in op.results])
+        self.bind(op, new)
+
+    def op_scf_while(self, op: Op) -> None:
+        inits = [self.get(o) for o in op.operands]
+        before, after = op.regions
+        bb = Block()
+        for a, iv in zip(before.block.args, inits):
+            na = bb.add_arg(a.name, iv.type)
+            self.vmap[id(a)] = na
+        self._lower_region_into(before, bb)
+        ab = Block()
+        for a in after.block.args:
+            self.vmap[id(a)] = ab.add_arg(a.name, a.type)
+        self._lower_region_into(after, ab)
+        new = self.emit("scf.while", inits, [r.type for r in op.results], {},
+                        [Region([bb]), Region([ab])], names=[r.name for r in op.results])
+        self.bind(op, new)
+
+    def _reduce_like(self, op: Op, new_name: str) -> None:
+        inputs = [self.get(o) for o in op.operands]
+        region = op.regions[0]
+        b = Block()
+        for a in region.block.args:
+            self.vmap[id(a)] = b.add_arg(a.name, a.type)
+        self._lower_region_into(region, b)
+        attrs = {"axis": int(op.attrs.get("axis", 0))}
+        if "reverse" in op.attrs:
+            attrs["reverse"] = bool(op.attrs["reverse"])
+        new = self.emit(new_name, inputs, [r.type for r in op.results], attrs, [Region([b])],
+                        names=[r.name for r in op.results])
+        self.bind(op, new)
+
+    def op_tt_reduce(self, op: Op) -> None:
+        self._reduce_like(op, "nmp.reduce")
+
+    def op_scf_for(self, op: Op) -> None:
+        lb, ub, step = (self.get(o) for o in op.operands[:3])
+        inits = op.operands[3:]
+        body = op.regions[0].block
+        iv, bargs = body.args[0], body.args[1:]
+        yield_op = body.ops[-1]
+        modes: list[tuple[str, Affine | None]] = []
+        for i, (init, barg) in enumerate(zip(inits, bargs)):
+            self.block_arg_init[id(barg)] = init
+            mode: tuple[str, Affine | None] = ("value", None)
+            t = barg.type
+            if t.is_tensor and (t.is_ptr or t.is_int) and t.elem != "i1":
+                a0 = self.aff(init)
+                if a0 is not None:
+                    key_in = ("for_in", id(op), i)
+                    before = set(self.aff.memo)
+                    self.aff.assume(barg, Affine(a0.root, ("sym", key_in), a0.strides))
+                    ay = self.aff(yield_op.operands[i])
+                    if ay is not None and ay.root is a0.root and ay.strides == a0.strides:
+                        mode = ("affine", a0)
+                    else:
+                        for k in set(self.aff.memo) - before:
+                            del self.aff.memo[k]
+                        self.aff.forget(barg)
+                        self.masks.memo.clear()
+            modes.append(mode)
+        new_inits = []
+        for (mode, a0), init in zip(modes, inits):
+            new_inits.append(self.sexpr(a0.offset) if mode == "affine" else self.get(init))
+        nb = Block()
+        self.vmap[id(iv)] = nb.add_arg(iv.name, lb.type)
+        for i, ((mode, _a0), barg) in enumerate(zip(modes, bargs)):
+            if mode == "affine":
+                self.syms[("for_in", id(op), i)] = nb.add_arg(barg.name + "_off", I64)
+            else:
+                self.vmap[id(barg)] = nb.add_arg(barg.name, new_inits[i].type)
+        saved = self.block
+        self.block = nb
+        for inner in body.ops[:-1]:
+            self.loc = inner.loc if inner.loc.known else self.loc
+            self.lower_op(inner)
+        yields = []
+        for i, (mode, _a0) in enumerate(modes):
+            yv = yield_op.operands[i]
+            yields.append(self.sexpr(self.aff(yv).offset) if mode == "affine" else self.get(yv))
+        self.emit("scf.yield", yields, [])
+        self.block = saved
+        self.loc = op.loc if op.loc.known else self.loc
+        new = self.emit("scf.for", [lb, ub, step, *new_inits], [v.type for v in new_inits], {}, [Region([nb])],
+                        names=[r.name for r in op.results])
+        for i, ((mode, a0), r) in enumerate(zip(modes, op.results)):
+            if mode == "affine":
+                key_out = ("for_out", id(op), i)
+                self.syms[key_out] = new.results[i]
+                self.aff.assume(r, Affine(a0.root, ("sym", key_out), a0.strides))
+                self.block_arg_init[id(r)] = inits[i]
+            else:
+                self.vmap[id(r)] = new.results[i]
+
+
+def lower_to_nmpir(mod: Module) -> Module:
+    """TTIR module -> nmpir module (verified, dead code removed)."""
+    if len(mod.funcs) != 1:
+        names = ", ".join(f.name for f in mod.funcs[:-1])
+        raise NMPCompilationError(f"calls to non-inlined functions ({names}) are not supported on nmp",
+                                  kernel=mod.kernel.name, hint="remove noinline=True")
+    out = Module([Lowering(mod.kernel).run()])
+    verify(out, "ttir-to-nmpir")
+    eliminate_dead_code(out)
+    verify(out, "dead-code-elimination")
+    return out

@@ -1,0 +1,175 @@
+"""The near-memory tile dialect (`nmpir`): ops, textual form, verifier and dead-code elimination.
+
+`nmpir` is what the machine does, spelled out: DMA descriptors between a kernel argument's banks
+and the scratchpad (`nmp.dma_load`/`nmp.dma_store`, with byte offset, byte strides and a valid box),
+the gather/scatter fallback for unstructured accesses, tile compute ops on scratchpad tiles
+(`nmp.vec` elementwise on the vector unit, `nmp.matmul` on the matrix unit, `nmp.reduce`), scalar
+`arith`/`math` ops and `scf` control flow. Tiles are SSA values with static shapes; the codegen gives
+each a scratchpad buffer. Op counts and DMA descriptors are visible here, so a timing model and a
+buffer planner can work on this IR without re-deriving them.
+"""
+
+from __future__ import annotations
+
+from triton_nmp.errors import NMPCompilationError
+
+from .ir import Block, Func, Module, Op, Value
+
+# Ops with effects beyond their results: never removed by DCE.
+SIDE_EFFECT_OPS = {
+    "nmp.dma_store", "nmp.scatter", "nmp.return", "scf.yield", "scf.condition", "nmp.yield",
+    "nmp.assert", "nmp.print", "nmp.atomic",
+}
+
+# Ops whose results are views of their operand's buffer.
+VIEW_OPS = {"nmp.view"}
+
+
+def tile_type_str(v: Value) -> str:
+    t = v.type
+    if t.is_tensor:
+        elem = f"!tt.ptr<{t.pointee}>" if t.is_ptr else t.elem
+        return "!nmp.tile<" + "x".join(map(str, t.shape)) + "x" + elem + ">"
+    return str(t)
+
+
+class Namer:
+    def __init__(self) -> None:
+        self.names: dict[int, str] = {}
+        self.used: set[str] = set()
+
+    def __call__(self, v: Value) -> str:
+        key = id(v)
+        if key not in self.names:
+            base = v.name or "v"
+            name, k = base, 0
+            while name in self.used:
+                k += 1
+                name = f"{base}_{k}"
+            self.used.add(name)
+            self.names[key] = name
+        return "%" + self.names[key]
+
+
+def _fmt_attr(v) -> str:
+    if isinstance(v, tuple):
+        return "[" + ", ".join(map(str, v)) + "]"
+    if isinstance(v, str):
+        return v
+    return repr(v)
+
+
+def print_op(op: Op, namer: Namer, indent: int, lines: list[str]) -> None:
+    pad = "  " * indent
+    res = ", ".join(namer(r) for r in op.results)
+    head = f"{res} = " if res else ""
+    attrs = {k: v for k, v in op.attrs.items() if not k.startswith("_")}
+    fn = attrs.pop("fn", None)
+    name = op.name + (f" {fn}" if fn else "")
+    operands = ", ".join(namer(o) for o in op.operands)
+    attr_txt = (" {" + ", ".join(f"{k} = {_fmt_attr(v)}" for k, v in attrs.items()) + "}") if attrs else ""
+    types = ", ".join(tile_type_str(r) for r in op.results)
+    type_txt = f" : {types}" if types else ""
+    loc_txt = f"  loc(\"{op.loc.file}\":{op.loc.line}:{op.loc.col})" if op.loc.known else ""
+    if not op.regions:
+        lines.append(f"{pad}{head}{name} {operands}{attr_txt}{type_txt}{loc_txt}".replace("  :", " :"))
+        return
+    lines.append(f"{pad}{head}{name} {operands}{attr_txt}{type_txt} {{")
+    for ri, region in enumerate(op.regions):
+        if ri:
+            lines.append(f"{pad}}} {{")
+        for b in region.blocks:
+            if b.args:
+                lines.append(f"{pad}^bb(" + ", ".join(f"{namer(a)}: {tile_type_str(a)}" for a in b.args) + "):")
+            for inner in b.ops:
+                print_op(inner, namer, indent + 1, lines)
+    lines.append(f"{pad}}}{loc_txt}")
+
+
+def print_module(mod: Module) -> str:
+    """The textual form of `nmpir`, MLIR-like, with source locations."""
+    lines: list[str] = []
+    namer = Namer()
+    for f in mod.funcs:
+        args = ", ".join(f"{namer(a)}: {tile_type_str(a)}" for a in f.args)
+        lines.append(f"nmp.func @{f.name}({args}) {{")
+        for op in f.body.ops:
+            print_op(op, namer, 1, lines)
+        lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+# -- verifier --------------------------------------------------------------------------------------
+
+def verify(mod: Module, stage: str) -> None:
+    """Structural checks between passes: every use dominated by its definition, operand shapes and
+    operand counts of tile ops. A failure is a compiler bug, reported with the op and its location."""
+    for f in mod.funcs:
+        _verify_block(f.body, set(id(a) for a in f.args), f, stage)
+
+
+def _fail(op: Op, f: Func, stage: str, msg: str) -> None:
+    raise NMPCompilationError(f"nmpir verifier after {stage}: {op.name}: {msg}", kernel=f.name, loc=str(op.loc))
+
+
+def _verify_block(block: Block, visible: set[int], f: Func, stage: str) -> None:
+    scope = set(visible) | {id(a) for a in block.args}
+    for op in block.ops:
+        for o in op.operands:
+            if id(o) not in scope:
+                _fail(op, f, stage, f"operand %{o.name} is not defined before its use")
+        if op.name == "nmp.vec":
+            shape = op.results[0].type.shape
+            for o in op.operands:
+                if o.type.is_tensor and o.type.shape != shape:
+                    _fail(op, f, stage, f"operand shape {o.type.shape} differs from result shape {shape}")
+        if op.name in ("nmp.dma_load", "nmp.dma_store"):
+            rank = op.attrs["rank"]
+            expect = 2 + 2 * rank + (1 if op.attrs.get("guarded") else 0)
+            expect += 1 if op.name == "nmp.dma_store" or op.attrs.get("has_other") else 0
+            if len(op.operands) != expect:
+                _fail(op, f, stage, f"expected {expect} operands for rank {rank}, found {len(op.operands)}")
+            if not op.operands[0].type.is_ptr:
+                _fail(op, f, stage, "the DMA base must be a pointer argument")
+        for region in op.regions:
+            for b in region.blocks:
+                _verify_block(b, scope, f, stage)
+        for r in op.results:
+            scope.add(id(r))
+
+
+# -- dead code elimination ---------------------------------------------------------------------------
+
+def _has_effects(op: Op) -> bool:
+    if op.name in SIDE_EFFECT_OPS:
+        return True
+    structural = {"scf.yield", "scf.condition", "nmp.yield"}
+    return any(inner.name in SIDE_EFFECT_OPS and inner.name not in structural
+               for inner in op.walk() if inner is not op)
+
+
+def eliminate_dead_code(mod: Module) -> None:
+    """Remove ops without effects whose results are unused (pointer tiles that became DMA descriptors)."""
+    for f in mod.funcs:
+        while True:
+            used: set[int] = set()
+            for op in f.walk():
+                used.update(id(o) for o in op.operands)
+            if not _sweep(f.body, used):
+                break
+
+
+def _sweep(block: Block, used: set[int]) -> bool:
+    changed = False
+    kept = []
+    for op in block.ops:
+        for r in op.regions:
+            for b in r.blocks:
+                changed |= _sweep(b, used)
+        dead = not _has_effects(op) and all(id(r) not in used for r in op.results)
+        if dead and op.name != "scf.while":  # a while loop may not terminate: keep it
+            changed = True
+            continue
+        kept.append(op)
+    block.ops[:] = kept
+    return changed
