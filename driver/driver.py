@@ -1,0 +1,174 @@
+"""The Triton driver of the nmp backend: target, device, binary loading and launching.
+
+nmp is simulated on the host, so the "device" is the CPU as far as torch is concerned: kernels take
+torch CPU tensors, there is one device (0) and one synchronous stream (0).
+
+warp_size is 1: an nmp program is a single instruction stream driving tile units, not a group of
+SIMT threads. `num_warps` is therefore accepted (so existing kernels and autotune configs keep
+working) and ignored by the hardware model.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from triton.backends.compiler import GPUTarget
+from triton.backends.driver import DriverBase
+
+from .device import NMPDeviceInterface, device_interface
+from .launcher import NMPLauncher
+
+__all__ = ["NMPDriver", "NMPUtils", "target_arch"]
+
+# A compatibility answer for code that sizes kernels by register count; nmp has no register file limit
+# that Triton could act on.
+MAX_NUM_REGS = 65536
+MAX_THREADS = 1 << 20  # num_warps * warp_size never limits a launch on nmp
+BENCH_CACHE_BYTES = 1 << 20  # nmp has no caches to flush; keep the "flush" cheap
+
+_CPP_TYPES = {
+    "i1": "int8_t",
+    "i8": "int8_t",
+    "i16": "int16_t",
+    "i32": "int32_t",
+    "i64": "int64_t",
+    "u1": "uint8_t",
+    "u8": "uint8_t",
+    "u16": "uint16_t",
+    "u32": "uint32_t",
+    "u64": "uint64_t",
+    "fp16": "double",
+    "bf16": "double",
+    "fp32": "double",
+    "f32": "double",
+    "fp64": "double",
+}
+
+
+def target_arch(spec: Any) -> str:
+    """The GPUTarget arch string of a target spec: "<name>:<first 16 hex digits of its hash>".
+
+    The hash is part of the arch so Triton's cache keys change whenever the machine description does.
+    """
+    return f"{spec.name}:{spec.hash()[:16]}"
+
+
+class NMPUtils:
+    """Binary loading and device properties (the `driver.utils` object Triton calls)."""
+
+    def load_binary(self, name: str, kernel: bytes, shared: int, device: int) -> tuple[Any, int, int, int, int]:
+        """Load an nmpbin; returns (module, function, n_regs, n_spills, n_max_threads) like CUDA's.
+
+        `module` is a `simulator.loader.LoadedObject` (it owns the code), `function` an address the
+        launcher maps back to the module to resolve metadata["nmp_entry"].
+        """
+        from triton_nmp.simulator.loader import NMPLoadError, load_object
+
+        obj = load_object(kernel, name)
+        if not obj.key_address:
+            obj.close()
+            raise NMPLoadError(f"the object of kernel '{name}' defines no global function to call")
+        return obj, obj.key_address, 0, 0, MAX_THREADS
+
+    def unload_module(self, module: Any) -> None:
+        close = getattr(module, "close", None)
+        if close is not None:
+            close()
+
+    def get_device_properties(self, device: Any = None) -> dict[str, Any]:
+        from triton_nmp.target import active_target
+
+        spec = active_target()
+        return {
+            "multiprocessor_count": spec.num_pus,
+            "max_shared_mem": spec.spm_bytes,
+            "max_num_regs": MAX_NUM_REGS,
+            "warpSize": 1,
+            "nmp_target": spec.name,
+            "nmp_target_hash": spec.hash(),
+        }
+
+
+class NMPDriver(DriverBase):
+    """Triton's entry point to the nmp simulator."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.utils = NMPUtils()
+        self.launcher_cls = NMPLauncher
+        self._target_cache: tuple[Any, GPUTarget] | None = None
+
+    @staticmethod
+    def is_active() -> bool:
+        """Active when asked for explicitly, or when torch sees no CUDA/ROCm GPU to run Triton on."""
+        if os.environ.get("TRITON_DEFAULT_BACKEND") == "nmp":
+            return True
+        torch = sys.modules.get("torch")
+        if torch is None:
+            try:
+                import torch
+            except ImportError:
+                return True  # without torch no GPU backend can run either
+        try:
+            return not torch.cuda.is_available()
+        except Exception:  # a broken CUDA install means no usable GPU
+            return True
+
+    # -- target and device -------------------------------------------------------------------------
+
+    def get_current_target(self) -> GPUTarget:
+        from triton_nmp.target import active_target
+
+        spec = active_target()
+        cached = self._target_cache
+        if cached is None or cached[0] is not spec:
+            cached = (spec, GPUTarget("nmp", target_arch(spec), 1))
+            self._target_cache = cached
+        return cached[1]
+
+    def get_active_torch_device(self) -> Any:
+        import torch
+
+        return torch.device("cpu")
+
+    def get_current_device(self) -> int:
+        return 0
+
+    def set_current_device(self, device: Any) -> None:
+        if device not in (0, None, "cpu") and getattr(device, "type", None) != "cpu":
+            raise ValueError(f"nmp has a single device (0); cannot select {device!r}")
+
+    def get_current_stream(self, device: Any = None) -> int:
+        return 0
+
+    def get_device_interface(self) -> NMPDeviceInterface:
+        return device_interface
+
+    def map_python_to_cpp_type(self, ty: str) -> str:
+        if ty.startswith("*"):
+            return "void*"
+        try:
+            return _CPP_TYPES[ty]
+        except KeyError:
+            raise ValueError(f"type '{ty}' has no C equivalent on nmp") from None
+
+    # -- benchmarking ------------------------------------------------------------------------------
+
+    def get_benchmarker(self) -> Any:
+        """Host wall-clock benchmarking for now; a simulated-time benchmarker will replace it."""
+        from triton.testing import do_bench
+
+        return do_bench
+
+    def get_empty_cache_for_benchmark(self) -> Any:
+        import torch
+
+        return torch.empty(BENCH_CACHE_BYTES // 4, dtype=torch.int32)
+
+    def clear_cache(self, cache: Any) -> None:
+        cache.zero_()
+
+    def allocate_default_profile_scratch(self, size: int, alignment: int, stream: Any) -> Any:
+        raise NotImplementedError("nmp kernels do not use profile scratch memory (proton is not supported)")

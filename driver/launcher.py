@@ -1,0 +1,278 @@
+"""NMPLauncher: turns a Triton launch (grid + Python arguments) into one native call of the entry.
+
+Triton creates one launcher per compiled kernel (`CompiledKernel._init_handles`) and calls it with
+`(gx, gy, gz, stream, function, packed_metadata, launch_metadata, enter_hook, exit_hook, *args)`,
+where `args` holds every parameter of the kernel in signature order, constexprs included. Everything
+that depends only on the signature (which arguments are skipped, their kinds and integer ranges) is
+planned once in `__init__`, so a launch only reads values and fills an int64 slot array.
+
+Slot encoding (the ABI shared with the compiler): a pointer takes two slots [data_ptr, span_bytes],
+an integer one slot (two's complement int64), a float one slot (the bits of the IEEE double).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from operator import index as _index
+from typing import Any
+
+from triton_nmp.simulator.runtime import (
+    ArgInfo,
+    KernelABI,
+    LaunchResult,
+    entry_function,
+    make_slots,
+    run_grid,
+)
+
+from triton_nmp.errors import NMPLaunchError
+
+__all__ = ["NMPLauncher", "ArgPlan", "plan_arguments", "INT_RANGES"]
+
+PTR, INT, FLOAT, DESC = "ptr", "int", "float", "tensordesc"
+
+INT_RANGES: dict[str, tuple[int, int]] = {"i1": (0, 1), "u1": (0, 1)}
+for _bits in (8, 16, 32, 64):
+    INT_RANGES[f"i{_bits}"] = (-(1 << (_bits - 1)), (1 << (_bits - 1)) - 1)
+    INT_RANGES[f"u{_bits}"] = (0, (1 << _bits) - 1)
+_I64_MAX = (1 << 63) - 1
+_TWO_64 = 1 << 64
+_pack_d = struct.Struct("<d").pack
+_unpack_q = struct.Struct("<q").unpack
+
+
+@dataclass(frozen=True, slots=True)
+class ArgPlan:
+    """How to fetch and encode one non-constexpr, flattened parameter."""
+
+    kind: str  # PTR | INT | FLOAT | DESC
+    index: int  # position in the launcher's *args
+    sub: tuple[int, ...]  # path inside a tuple argument, () for a plain one
+    name: str  # for messages: "x_ptr", or "pair[1]" inside a tuple
+    ty: str  # the Triton type string, e.g. "*fp32", "i32"
+    lo: int = 0  # integer range of the declared type
+    hi: int = 0
+
+
+def _kind_of(ty: str) -> str | None:
+    if ty == "constexpr":
+        return None
+    if ty.startswith("*"):
+        return PTR
+    if ty.startswith("tensordesc"):
+        return DESC
+    if ty in INT_RANGES:
+        return INT
+    if ty.startswith(("fp", "bf")):
+        return FLOAT
+    raise NMPLaunchError(f"parameter type '{ty}' cannot be passed to an nmp kernel")
+
+
+def plan_arguments(signature: dict[Any, Any]) -> list[ArgPlan]:
+    """Flatten a Triton signature (name -> type string or nested tuple) into slot plans, skipping constexprs."""
+    plans: list[ArgPlan] = []
+
+    def visit(ty: Any, index: int, sub: tuple[int, ...], name: str) -> None:
+        if isinstance(ty, tuple | list):
+            for j, t in enumerate(ty):
+                visit(t, index, (*sub, j), f"{name}[{j}]")
+            return
+        kind = _kind_of(str(ty))
+        if kind is None:
+            return
+        lo, hi = INT_RANGES.get(ty, (0, 0))
+        plans.append(ArgPlan(kind, index, sub, name, str(ty), lo, hi))
+
+    for i, (key, ty) in enumerate(signature.items()):
+        visit(ty, i, (), key if isinstance(key, str) else f"arg{key}")
+    return plans
+
+
+class _Spans(Sequence[int]):
+    """Byte spans per argument index, read from the marshalled values only when an error is decoded."""
+
+    __slots__ = ("_vals", "_where")
+
+    def __init__(self, vals: list[int], where: tuple[int, ...]):
+        self._vals, self._where = vals, where
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def __getitem__(self, i: Any) -> Any:
+        w = self._where[i]
+        return self._vals[w] if w >= 0 else 0
+
+
+class NMPLauncher:
+    """Launch a compiled nmp kernel; `last_result` holds the counters of the most recent launch."""
+
+    def __init__(self, src: Any, metadata: Any):
+        import torch
+
+        self._Tensor = torch.Tensor
+        self.metadata = metadata
+        abi = KernelABI.from_metadata(metadata)
+        self.kernel_name = abi.name or getattr(src, "name", "") or "<kernel>"
+        signature = dict(getattr(src, "signature", {}) or {})
+        self.param_names = [k if isinstance(k, str) else f"arg{k}" for k in signature]
+        self.plan = plan_arguments(signature)
+        slot_of: list[int] = []
+        span_at: list[int] = []
+        n = 0
+        for p in self.plan:
+            slot_of.append(n)
+            span_at.append(n + 1 if p.kind == PTR else -1)
+            n += 2 if p.kind == PTR else 1
+        self.num_slots = n
+        self.slot_offsets = tuple(slot_of)
+        self._span_at = tuple(span_at)
+        derived = tuple(ArgInfo(p.name, p.kind, p.ty) for p in self.plan)
+        if not abi.args:
+            abi = dataclasses.replace(abi, name=self.kernel_name, args=derived)
+        elif not any(p.kind == DESC for p in self.plan):
+            theirs = [(a.kind, a.ty) for a in abi.args]
+            ours = [(a.kind, a.ty) for a in derived]
+            if [k for k, _ in theirs] != [k for k, _ in ours]:
+                raise NMPLaunchError(
+                    f"kernel '{self.kernel_name}': metadata nmp_args {theirs} does not match the launch "
+                    f"signature {ours}; the compiler and the driver disagree on the argument ABI"
+                )
+        self.abi = abi
+        self.last_result: LaunchResult | None = None
+        self._bound_key: int | None = None
+        self._fn: Any = None
+        self._obj: Any = None
+
+    # -- launch ----------------------------------------------------------------------------------
+
+    def __call__(
+        self,
+        gridX: int,
+        gridY: int,
+        gridZ: int,
+        stream: Any,
+        function: int,
+        kernel_metadata: Any,
+        launch_metadata: Any,
+        launch_enter_hook: Any,
+        launch_exit_hook: Any,
+        *args: Any,
+    ) -> None:
+        if launch_enter_hook is not None:
+            launch_enter_hook(launch_metadata)
+        vals = self.marshal(args)
+        if function != self._bound_key or (self._obj is not None and self._obj.engine is None):
+            self._bind(function)
+        self.last_result = run_grid(
+            self._fn,
+            make_slots(vals),
+            (gridX, gridY, gridZ),
+            self.abi,
+            _Spans(vals, self._span_at),
+            self.metadata,
+        )
+        if launch_exit_hook is not None:
+            launch_exit_hook(launch_metadata)
+
+    def _bind(self, function: int) -> None:
+        """Find the entry for `function`: via the loaded object (resolving nmp_entry) or as a raw address."""
+        from triton_nmp.simulator.loader import NMPLoadError, object_for_address
+
+        obj = object_for_address(function) if function else None
+        if obj is not None:
+            address = obj.address(self.abi.entry) if self.abi.entry else function
+        elif self.abi.entry:
+            # Never call an address we cannot vouch for: after unload_module it points to freed code.
+            raise NMPLoadError(
+                f"kernel '{self.kernel_name}': function {function:#x} is not a loaded nmp object "
+                f"(the module was unloaded or never loaded with NMPUtils.load_binary)"
+            )
+        else:  # no nmp_entry in the metadata: `function` is the entry address itself
+            address = function
+        if not address:
+            raise NMPLaunchError(f"kernel '{self.kernel_name}' has no loaded code (function address 0)")
+        self._fn = entry_function(address)
+        self._obj = obj
+        self._bound_key = function
+
+    # -- argument marshalling ----------------------------------------------------------------------
+
+    def marshal(self, args: Sequence[Any]) -> list[int]:
+        """Encode the launch arguments into slot values (see the module docstring)."""
+        if len(args) != len(self.param_names):
+            raise NMPLaunchError(
+                f"kernel '{self.kernel_name}' takes {len(self.param_names)} arguments "
+                f"({', '.join(self.param_names)}), got {len(args)}"
+            )
+        Tensor = self._Tensor
+        vals: list[int] = []
+        append = vals.append
+        for p in self.plan:
+            v = args[p.index]
+            if p.sub:
+                v = self._descend(p, v)
+            kind = p.kind
+            if kind == PTR:
+                if isinstance(v, Tensor) and v.is_cpu and v.is_contiguous():
+                    append(v.data_ptr())
+                    append(v.numel() * v.element_size())
+                else:
+                    vals.extend(self._pointer(p, v))
+            elif kind == INT:
+                try:
+                    x = _index(v)
+                except TypeError:
+                    raise self._error(p, f"expects an integer ({p.ty}), got {type(v).__name__}") from None
+                if x < p.lo or x > p.hi:
+                    raise self._error(p, f"value {x} does not fit its type {p.ty} (range [{p.lo}, {p.hi}])")
+                append(x - _TWO_64 if x > _I64_MAX else x)
+            elif kind == FLOAT:
+                try:
+                    append(_unpack_q(_pack_d(float(v)))[0])
+                except (TypeError, ValueError):
+                    raise self._error(p, f"expects a float ({p.ty}), got {type(v).__name__}") from None
+            else:
+                raise self._error(
+                    p,
+                    "host-side TensorDescriptor arguments are not supported by the nmp backend yet; "
+                    "pass the tensor (and its shape and strides) instead",
+                )
+        return vals
+
+    def _error(self, p: ArgPlan, what: str) -> NMPLaunchError:
+        return NMPLaunchError(f"kernel '{self.kernel_name}', argument '{p.name}': {what}")
+
+    def _descend(self, p: ArgPlan, v: Any) -> Any:
+        for s in p.sub:
+            try:
+                v = v[s]
+            except (TypeError, IndexError, KeyError):
+                raise self._error(p, f"expects a tuple matching the signature, got {type(v).__name__}") from None
+        return v
+
+    def _pointer(self, p: ArgPlan, v: Any) -> tuple[int, int]:
+        """Slow path of pointer marshalling: None, wrappers, strided views and every error."""
+        if v is None:
+            return (0, 0)
+        Tensor = self._Tensor
+        base = getattr(v, "base", None)
+        if not isinstance(v, Tensor) and isinstance(base, Tensor) and hasattr(v, "data_ptr"):
+            v = base  # triton.TensorWrapper (reinterpreted dtype): the bytes are the base tensor's
+        if not isinstance(v, Tensor):
+            raise self._error(p, f"expects a torch.Tensor on the CPU ({p.ty}), got {type(v).__name__}")
+        if not v.is_cpu:
+            raise self._error(
+                p, f"is a tensor on device '{v.device}'; nmp kernels run on CPU tensors (move it with .cpu())"
+            )
+        if v.numel() == 0:
+            return (v.data_ptr(), 0)
+        extent = 1
+        for size, stride in zip(v.shape, v.stride()):
+            if stride < 0:
+                raise self._error(p, f"has a negative stride {tuple(v.stride())}; make it contiguous first")
+            extent += (size - 1) * stride
+        return (v.data_ptr(), extent * v.element_size())
