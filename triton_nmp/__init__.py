@@ -1,0 +1,53 @@
+"""triton-nmp: run stock Triton kernels on nmp, a simulated compute-near-memory accelerator.
+
+    import triton_nmp
+    triton_nmp.activate(target="nmp-64")   # automatic when no GPU driver is active
+"""
+
+from __future__ import annotations
+
+from .errors import (
+    NMPCompilationError,
+    NMPDeviceAssertError,
+    NMPError,
+    NMPLaunchError,
+    NMPOutOfBoundsError,
+    NMPRuntimeError,
+    NMPTargetError,
+)
+from .target import TargetSpec, active_target, set_active_target
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "activate",
+    "TargetSpec",
+    "active_target",
+    "NMPError",
+    "NMPCompilationError",
+    "NMPRuntimeError",
+    "NMPOutOfBoundsError",
+    "NMPDeviceAssertError",
+    "NMPLaunchError",
+    "NMPTargetError",
+]
+
+
+def activate(target: str | TargetSpec | None = None):
+    """Make nmp Triton's active driver, optionally on another target (preset name, TOML path or spec).
+
+    Returns the driver. Kernels compiled for a previous target are not reused: the target's hash is
+    part of the compilation target Triton keys its caches on.
+    """
+    import triton
+
+    from .driver.driver import NMPDriver
+
+    if target is not None:
+        set_active_target(target if isinstance(target, TargetSpec) else TargetSpec.load(target))
+    active = triton.runtime.driver.active if triton.runtime.driver._active is not None else None
+    if isinstance(active, NMPDriver):
+        return active
+    drv = NMPDriver()
+    triton.runtime.driver.set_active(drv)
+    return drv
