@@ -1,0 +1,1 @@
+"""The nmp Triton backend (entry point `triton.backends` -> nmp): compiler stages and the driver shim."""
