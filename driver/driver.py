@@ -91,6 +91,9 @@ class NMPUtils:
         }
 
 
+_DEVICE_IDS: dict[str, int] = {}
+
+
 class NMPDriver(DriverBase):
     """Triton's entry point to the nmp simulator."""
 
@@ -134,11 +137,24 @@ class NMPDriver(DriverBase):
         return torch.device("cpu")
 
     def get_current_device(self) -> int:
-        return 0
+        """One device index per target description seen in this process.
+
+        Triton keeps its per-device compile state (target, backend, binder) keyed by this index, so
+        switching targets with `triton_nmp.activate(target=...)` must change it, or kernels would keep
+        compiling for the previous target.
+        """
+        arch = self.get_current_target().arch
+        idx = _DEVICE_IDS.get(arch)
+        if idx is None:
+            idx = _DEVICE_IDS[arch] = len(_DEVICE_IDS)
+        return idx
 
     def set_current_device(self, device: Any) -> None:
-        if device not in (0, None, "cpu") and getattr(device, "type", None) != "cpu":
-            raise ValueError(f"nmp has a single device (0); cannot select {device!r}")
+        if device in (None, "cpu") or getattr(device, "type", None) == "cpu":
+            return
+        if not isinstance(device, int) or device != self.get_current_device():
+            raise ValueError(f"nmp has one device per target; select a target with triton_nmp.activate(), "
+                             f"not device {device!r}")
 
     def get_current_stream(self, device: Any = None) -> int:
         return 0
