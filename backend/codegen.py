@@ -44,6 +44,15 @@ COUNTERS = ("programs", "dma_loads", "dma_load_bytes", "dma_stores", "dma_store_
 CTX_COUNTER_BASE = 8
 STATUS_OOB = 1
 STATUS_ASSERT = 2
+STATUS_NO_MEMORY = 3
+
+# Execution trace: the facts the timing model needs, one 8-word record per DMA or compute op, in program
+# order. ctx[CTX_TRACE_PTR] points to a realloc'ed array of records, ctx[CTX_TRACE_LEN] is the number
+# written, ctx[CTX_TRACE_CAP] its capacity, ctx[CTX_TRACE_ON] enables recording.
+CTX_TRACE_PTR, CTX_TRACE_LEN, CTX_TRACE_CAP, CTX_TRACE_ON = 48, 49, 50, 51
+TRACE_WORDS = 8
+EV_DMA_LOAD, EV_DMA_STORE, EV_GATHER, EV_SCATTER, EV_VEC, EV_MATMUL, EV_WAIT = 1, 2, 3, 4, 5, 6, 7
+DTYPE_CODES = {"f32": 0, "f16": 1, "bf16": 2, "f64": 3, "i8": 4, "i16": 5, "i32": 6, "i64": 7, "i1": 8, "ptr": 7}
 
 
 @dataclass
@@ -131,6 +140,8 @@ class KernelCodegen:
                 raise NMPCompilationError(f"argument '{a.name}' of type {t} is not supported on nmp yet",
                                           kernel=f.name)
         self.count("programs", _i64(1))
+        self.program = b.add(px, b.mul(nx, b.add(py, b.mul(ny, pz))))
+        self.trace_on = b.icmp_signed("!=", b.load(b.gep(ctx, [_i64(CTX_TRACE_ON)])), _i64(0))
         self.emit_block(f.body.ops)
         if not self.b.block.is_terminated:
             self.b.ret(_i64(0))
@@ -204,6 +215,34 @@ class KernelCodegen:
         b = self.b
         p = b.gep(self.ctx, [_i64(CTX_COUNTER_BASE + COUNTERS.index(name))])
         b.store(b.add(b.load(p), amount), p)
+
+    def trace(self, kind: int, fields: list) -> None:
+        """Append one record [kind, program, *fields] to the execution trace (grown with realloc)."""
+        b = self.b
+        with b.if_then(self.trace_on):
+            lenp = b.gep(self.ctx, [_i64(CTX_TRACE_LEN)])
+            capp = b.gep(self.ctx, [_i64(CTX_TRACE_CAP)])
+            ptrp = b.gep(self.ctx, [_i64(CTX_TRACE_PTR)])
+            n = b.load(lenp)
+            with b.if_then(b.icmp_signed(">=", n, b.load(capp)), likely=False):
+                cap = b.load(capp)
+                newcap = b.select(b.icmp_signed("<", cap, _i64(4096)), _i64(4096), b.mul(cap, _i64(2)))
+                i8p = I8.as_pointer()
+                realloc = self.module.globals.get("realloc") or ir.Function(
+                    self.module, ir.FunctionType(i8p, [i8p, I64]), "realloc")
+                old = b.inttoptr(b.load(ptrp), i8p)
+                new = b.call(realloc, [old, b.mul(newcap, _i64(TRACE_WORDS * 8))])
+                newi = b.ptrtoint(new, I64)
+                self.fail_if(b.icmp_signed("==", newi, _i64(0)), STATUS_NO_MEMORY, 0, 0, _i64(0), _i64(0))
+                b.store(newi, ptrp)
+                b.store(newcap, capp)
+            base = b.inttoptr(b.load(ptrp), I64.as_pointer())
+            rec = b.gep(base, [b.mul(n, _i64(TRACE_WORDS))])
+            words = [_i64(kind), self.program] + [(_i64(x) if isinstance(x, int) else x) for x in fields]
+            words += [_i64(0)] * (TRACE_WORDS - len(words))
+            for k, w in enumerate(words):
+                b.store(w, b.gep(rec, [_i64(k)]))
+            b.store(b.add(n, _i64(1)), lenp)
 
     def site(self, op: Op, arg: str = "") -> int:
         self.sites.append(Site(_op_label(op), str(op.loc), arg))
@@ -370,6 +409,7 @@ class KernelCodegen:
 
         self.loop(r.type.numel, body)
         self.count("vec_elems", _i64(r.type.numel))
+        self.trace(EV_VEC, [r.type.numel, 0, DTYPE_CODES.get(r.type.elem, 0)])
 
     def op_nmp_matmul(self, op: Op) -> None:
         a, bm, acc = op.operands
@@ -406,6 +446,7 @@ class KernelCodegen:
 
         self.loop(m, row)
         self.count("macs", _i64(m * n * k))
+        self.trace(EV_MATMUL, [m, n, k, DTYPE_CODES.get(a.type.elem, 0)])
 
     def op_nmp_reduce(self, op: Op) -> None:
         inputs = op.operands
@@ -476,6 +517,7 @@ class KernelCodegen:
         else:
             self.loop(outer, lambda o: self.loop(inner, lambda i: per_position(o, i)))
         self.count("vec_elems", _i64(_prod(shape)))
+        self.trace(EV_VEC, [_prod(shape), 1, DTYPE_CODES.get(inputs[0].type.elem, 0)])
 
     def op_scf_for(self, op: Op) -> None:
         lb, ub, step = (self.scalar(o) for o in op.operands[:3])
@@ -711,6 +753,25 @@ class KernelCodegen:
 
         rec(0, [])
 
+    def _trace_dma(self, kind: int, root: Value, offset, strides, valid, esize: int) -> None:
+        """Record a descriptor as rows of contiguous bytes: [arg, first byte, rows, row bytes, row stride].
+
+        Rank <= 2 is exact. For rank 3+ the outer dimensions are folded into rows at the stride of
+        dimension -2; a non-unit inner stride makes every element its own row.
+        """
+        b = self.b
+        index = self.arg_info[id(root)][0]
+        if not valid:
+            self.trace(kind, [index, offset, 1, esize, esize, 0])
+            return
+        contiguous = b.icmp_signed("==", strides[-1], _i64(esize))
+        outer = _prod_values(b, valid[:-1])
+        rows = b.select(contiguous, outer, b.mul(outer, valid[-1]))
+        row_bytes = b.select(contiguous, b.mul(valid[-1], _i64(esize)), _i64(esize))
+        outer_stride = strides[-2] if len(strides) >= 2 else _i64(0)
+        row_stride = b.select(contiguous, outer_stride, strides[-1])
+        self.trace(kind, [index, offset, rows, row_bytes, row_stride, 0])
+
     def op_nmp_dma_load(self, op: Op) -> None:
         b = self.b
         r = op.result
@@ -735,6 +796,7 @@ class KernelCodegen:
             self._box_copy(tile, self.arg_info[id(root)][1], offset, strides, valid, True)
             self.count("dma_loads", _i64(1))
             self.count("dma_load_bytes", b.mul(_prod_values(b, valid), _i64(esize)))
+            self._trace_dma(EV_DMA_LOAD, root, offset, strides, valid, esize)
         if is_scalar:
             self.vals[id(r)] = self.load_elem(tile, _i64(0))
 
@@ -755,6 +817,7 @@ class KernelCodegen:
             self._box_copy(tile, self.arg_info[id(root)][1], offset, strides, valid, False)
             self.count("dma_stores", _i64(1))
             self.count("dma_store_bytes", b.mul(_prod_values(b, valid), _i64(esize)))
+            self._trace_dma(EV_DMA_STORE, root, offset, strides, valid, esize)
 
     def _elem_check(self, op: Op, root: Value, addr: ir.Value, esize: int, site: int) -> None:
         b = self.b
@@ -798,6 +861,7 @@ class KernelCodegen:
 
         self.loop(r.type.numel, body)
         self.count("gather_elems", _i64(r.type.numel))
+        self.trace(EV_GATHER, [self.arg_info[id(root)][0], 0, r.type.numel, esize, self.arg_info[id(root)][2]])
         if scalar:
             self.vals[id(r)] = self.load_elem(tile, _i64(0))
 
@@ -823,6 +887,7 @@ class KernelCodegen:
 
         self.loop(n, body)
         self.count("scatter_elems", _i64(n))
+        self.trace(EV_SCATTER, [self.arg_info[id(root)][0], 0, n, esize, self.arg_info[id(root)][2]])
 
 
 def _storage_bytes(t: Ty) -> int:

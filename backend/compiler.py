@@ -27,6 +27,7 @@ from .nmpir import print_module
 from .ttir_import import import_ttir
 
 VERSION = "0.1.0"
+PU_MAPPINGS = ("round_robin", "blocked", "locality", "random")
 
 
 @functools.lru_cache(None)
@@ -65,8 +66,12 @@ class NMPOptions:
     instrumentation_mode: str = ""
     fpsan_homomorphic_casts: bool = False
     ir_override: str | None = None
+    # nmp knobs (usable in triton.Config kwargs): how programs are mapped to PUs by the timing model.
+    pu_mapping: str = "round_robin"
 
     def __post_init__(self) -> None:
+        if self.pu_mapping not in PU_MAPPINGS:
+            raise NMPCompilationError(f"unknown pu_mapping '{self.pu_mapping}'; choose one of {', '.join(PU_MAPPINGS)}")
         if self.num_stages < 1:
             raise NMPCompilationError(f"num_stages must be >= 1, got {self.num_stages}")
         if self.num_warps < 1 or self.num_ctas < 1:

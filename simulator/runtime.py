@@ -7,12 +7,16 @@ ABI (fixed between compiler and simulator)::
 The entry loops over all programs itself (a Python loop per program would cost microseconds each).
 `ctx` holds 64 zeroed int64 words: [0] status, [1] site index into metadata["nmp_sites"], [2] argument
 index into metadata["nmp_args"], [3] lowest offending byte offset, [4] highest offending offset + 1,
-[5..7] program id of the failing program, [8:] counters named by metadata["nmp_counters"].
+[5..7] program id of the failing program, [8:48] counters named by metadata["nmp_counters"],
+[48..51] the execution trace: pointer to a malloc'ed array of 8-word records, records written,
+capacity, and the enable flag (see `triton_nmp.backend.codegen` for the record layout). The runtime
+copies the trace into numpy and frees it after every launch, successful or not.
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -43,8 +47,15 @@ __all__ = [
 CTX_WORDS = 64
 CTX_STATUS, CTX_SITE, CTX_ARG, CTX_LO, CTX_HI, CTX_PID = 0, 1, 2, 3, 4, 5
 COUNTERS_BASE = 8
-MAX_COUNTERS = CTX_WORDS - COUNTERS_BASE
-STATUS_OK, STATUS_OUT_OF_BOUNDS, STATUS_ASSERT = 0, 1, 2
+CTX_TRACE_PTR, CTX_TRACE_LEN, CTX_TRACE_CAP, CTX_TRACE_ON = 48, 49, 50, 51
+TRACE_WORDS = 8
+MAX_COUNTERS = CTX_TRACE_PTR - COUNTERS_BASE
+STATUS_OK, STATUS_OUT_OF_BOUNDS, STATUS_ASSERT, STATUS_NO_MEMORY = 0, 1, 2, 3
+
+_libc = ctypes.CDLL(None)
+_libc.free.argtypes = [ctypes.c_void_p]
+_libc.free.restype = None
+tracing_enabled = os.environ.get("TRITON_NMP_TRACE", "1") != "0"
 
 _I64P = ctypes.POINTER(ctypes.c_int64)
 # CFUNCTYPE (not PYFUNCTYPE) releases the GIL while the kernel runs.
@@ -124,6 +135,7 @@ class LaunchResult:
     status: int = STATUS_OK
     counters: dict[str, int] = field(default_factory=dict)
     host_seconds: float = 0.0  # wall time of the native call on the host (not simulated time)
+    trace: Any = None  # numpy int64 array (records, 8): the execution trace, None when tracing is off
 
 
 LaunchListener = Callable[[Any, tuple[int, int, int], LaunchResult], None]
@@ -177,10 +189,28 @@ def raise_for_status(status: int, ctx: Sequence[int], abi: KernelABI, spans: Seq
         err = NMPDeviceAssertError(f"kernel '{kernel}': device assertion failed{what} at {site.loc}, program {pid}")
         err.kernel, err.loc, err.program_id = kernel, site.loc, pid
         raise err
+    if status == STATUS_NO_MEMORY:
+        raise NMPRuntimeError(f"kernel '{kernel}': the simulator ran out of host memory for the execution trace "
+                              f"(program {pid}); set TRITON_NMP_TRACE=0 to run without timing")
     raise NMPRuntimeError(
         f"kernel '{kernel}' returned unknown status {status} (site {site_idx}, program {pid}); "
         f"the compiler and the runtime disagree on the ABI"
     )
+
+
+def _take_trace(ctx: ctypes.Array) -> Any:
+    """Copy the kernel's trace records into numpy and free the native buffer."""
+    ptr, n = ctx[CTX_TRACE_PTR], ctx[CTX_TRACE_LEN]
+    if not ptr:
+        return None
+    try:
+        import numpy as np
+
+        buf = (ctypes.c_int64 * (n * TRACE_WORDS)).from_address(ptr)
+        return np.frombuffer(buf, dtype=np.int64).reshape(n, TRACE_WORDS).copy()
+    finally:
+        _libc.free(ptr)
+        ctx[CTX_TRACE_PTR] = 0
 
 
 def run_grid(
@@ -202,15 +232,20 @@ def run_grid(
     if gx == 0 or gy == 0 or gz == 0:
         return LaunchResult((gx, gy, gz))
     ctx = _Ctx()
+    ctx[CTX_TRACE_ON] = 1 if tracing_enabled else 0
     t0 = time.perf_counter()
-    ret = fn(slots, gx, gy, gz, ctx)
+    try:
+        ret = fn(slots, gx, gy, gz, ctx)
+    finally:
+        trace = _take_trace(ctx)
     elapsed = time.perf_counter() - t0
     status = ret or ctx[CTX_STATUS]
     if status:
         raise_for_status(status, ctx, abi, spans)
     n = len(abi.counters)
     result = LaunchResult(
-        (gx, gy, gz), STATUS_OK, dict(zip(abi.counters, ctx[COUNTERS_BASE : COUNTERS_BASE + n])), elapsed
+        (gx, gy, gz), STATUS_OK, dict(zip(abi.counters, ctx[COUNTERS_BASE : COUNTERS_BASE + n])), elapsed,
+        trace,
     )
     if _listeners:
         meta = abi if metadata is None else metadata
