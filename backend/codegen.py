@@ -37,6 +37,7 @@ from .codegen_scalar import (
     to_compute,
     to_storage,
 )
+from .codegen_language import LanguageCodegen
 from .ir import Func, Module, Op, Ty, Value
 
 COUNTERS = ("programs", "dma_loads", "dma_load_bytes", "dma_stores", "dma_store_bytes", "gather_elems",
@@ -81,7 +82,7 @@ def _elem_size(t: Ty) -> int:
     return 8 if t.is_ptr else elem_bytes(t.elem)
 
 
-class KernelCodegen:
+class KernelCodegen(LanguageCodegen):
     def __init__(self, func: Func, triple: str, data_layout: str):
         self.func = func
         self.module = ir.Module(name=func.name)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -41,6 +42,17 @@ def _source_hash() -> str:
     return h.hexdigest()
 
 
+FOREIGN_OPTIONS = ("matrix_instr_nonkdim", "waves_per_eu", "kpack", "maxnreg")
+_warned: set[str] = set()
+
+
+def _warn_foreign(name: str) -> None:
+    if name not in _warned:
+        _warned.add(name)
+        warnings.warn(f"launch option '{name}' is defined by another Triton backend and has no effect on nmp",
+                      stacklevel=3)
+
+
 @dataclass(frozen=True)
 class NMPOptions:
     """Compile options. `num_warps` and `num_ctas` are accepted for portability and ignored by design
@@ -68,6 +80,12 @@ class NMPOptions:
     ir_override: str | None = None
     # nmp knobs (usable in triton.Config kwargs): how programs are mapped to PUs by the timing model.
     pu_mapping: str = "round_robin"
+    # Options other backends define that portable code passes on any target (Triton's matmul tutorial
+    # passes AMD's on every non-CUDA device): accepted, warned about once, without effect on nmp.
+    matrix_instr_nonkdim: int | None = None
+    waves_per_eu: int | None = None
+    kpack: int | None = None
+    maxnreg: int | None = None
 
     def __post_init__(self) -> None:
         if self.pu_mapping not in PU_MAPPINGS:
@@ -115,6 +133,9 @@ class NMPBackend(BaseBackend):
 
     def parse_options(self, opts: dict) -> Any:
         args = {k: opts[k] for k in NMPOptions.__dataclass_fields__ if k in opts and opts[k] is not None}
+        for k in FOREIGN_OPTIONS:
+            if args.get(k) is not None:
+                _warn_foreign(k)
         args["arch"] = str(self.target.arch)
         args["warp_size"] = 1
         if "extern_libs" in args and isinstance(args["extern_libs"], dict):

@@ -16,6 +16,7 @@ from triton_nmp.errors import NMPCompilationError
 from .access import Affine, AffineAnalysis, MaskAnalysis, MaskBox, elem_bytes
 from .codegen_scalar import ELEMENTWISE_OPS
 from .ir import Block, Func, Loc, Module, Op, Region, Ty, Value
+from .lower_language import LanguageLowering
 from .nmpir import eliminate_dead_code, verify
 
 I64 = Ty("i64")
@@ -33,7 +34,7 @@ _SIMPLE = {
 }
 
 
-class Lowering:
+class Lowering(LanguageLowering):
     def __init__(self, func: Func):
         self.func = func
         self.aff = AffineAnalysis(func.args)
