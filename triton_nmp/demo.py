@@ -1,0 +1,104 @@
+"""Run every kernel of `triton_nmp.examples` on the active Triton driver and print a correctness table.
+
+The first launch of a case pays for compilation (or a load from Triton's cache) plus one run; a second
+launch with the same shapes hits the in-memory kernel cache. Their difference estimates compile time.
+A case that shares a compiled kernel with an earlier case (same kernel, dtypes and specialization)
+shows a small first-launch time: that is what happened, not a measurement error.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from typing import TextIO
+
+from .examples import CASES, Case, check
+
+
+@dataclass
+class DemoRow:
+    name: str
+    shape: str
+    ok: bool
+    max_abs_err: float
+    first_ms: float
+    cached_ms: float
+    error: str = ""
+
+    @property
+    def compile_ms(self) -> float:
+        return max(self.first_ms - self.cached_ms, 0.0)
+
+    @property
+    def verdict(self) -> str:
+        if self.error:
+            return f"NO ({self.error})"
+        return f"{'yes' if self.ok else 'NO'} (max err {self.max_abs_err:.1e})"
+
+
+def _driver_name() -> str:
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        return "Triton interpreter"
+    import triton
+
+    try:
+        drv = triton.runtime.driver.active
+    except RuntimeError as e:  # no driver at all: say so in the header, the cases will fail individually
+        return f"none ({e})"
+    return type(drv).__name__
+
+
+def run_case(case: Case, size: str, seed: int = 0) -> DemoRow:
+    """Run one case twice (first launch, cached launch) and check the first result against torch."""
+    shape = case.describe(size)
+    try:
+        inputs = case.make_inputs(seed, size)
+        t0 = time.perf_counter()
+        out = case.run(inputs)
+        t1 = time.perf_counter()
+        case.run(inputs)
+        t2 = time.perf_counter()
+        result = check(out, case.reference(inputs), case.atol, case.rtol)
+    except Exception as e:  # one broken case must not hide the others' results
+        msg = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+        if os.environ.get("TRITON_NMP_DEMO_TRACEBACK"):
+            traceback.print_exc()
+        return DemoRow(case.name, shape, False, float("nan"), float("nan"), float("nan"), msg[:100])
+    return DemoRow(case.name, shape, result.ok, result.max_abs_err, (t1 - t0) * 1e3, (t2 - t1) * 1e3, result.detail)
+
+
+def format_table(rows: list[DemoRow]) -> str:
+    headers = ("kernel", "shape", "correct", "compile+run ms", "cached run ms", "compile ms")
+    body = [
+        (r.name, r.shape, r.verdict, f"{r.first_ms:.1f}", f"{r.cached_ms:.1f}", f"{r.compile_ms:.1f}") for r in rows
+    ]
+    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(headers)]
+    numeric = {3, 4, 5}
+
+    def line(cells: tuple[str, ...]) -> str:
+        return "  ".join(c.rjust(w) if i in numeric else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
+    sep = "  ".join("-" * w for w in widths)
+    return "\n".join([line(headers), sep, *(line(b) for b in body)])
+
+
+def run_demo(size: str = "small", out: TextIO = sys.stdout) -> bool:
+    """Run all cases at `size` ("small" or "medium"), print the table to `out`; True iff all are correct."""
+    if size not in ("small", "medium"):
+        raise ValueError(f"size must be 'small' or 'medium', got {size!r}")
+    print(f"triton-nmp demo: {len(CASES)} kernels, size={size}, driver={_driver_name()}", file=out)
+    rows = []
+    for case in CASES:
+        rows.append(run_case(case, size))
+    print(format_table(rows), file=out)
+    failed = [r.name for r in rows if not r.ok]
+    total_first = sum(r.first_ms for r in rows if r.first_ms == r.first_ms)
+    summary = f"{len(rows) - len(failed)}/{len(rows)} correct; first launches took {total_first / 1e3:.2f} s in all"
+    if failed:
+        summary += "; failed: " + ", ".join(failed)
+    print(summary, file=out)
+    out.flush()
+    return not failed
