@@ -570,7 +570,7 @@ class TTIRParser:
         ]
         for n, v in zip([iv_name, *arg_names], block_args):
             self.values[n] = v
-        op.regions.append(self.parse_region(block_args))
+        op.regions.append(_with_implicit_yield(self.parse_region(block_args)))
         op.loc = self.parse_loc()
         for rn, rt in zip(result_names, rtypes):
             op.results.append(self.define(rn, rt, op))
@@ -585,10 +585,10 @@ class TTIRParser:
             self.next()
             rtypes = self._type_list()
         op = Op("scf.if", [cond])
-        op.regions.append(self.parse_region())
+        op.regions.append(_with_implicit_yield(self.parse_region()))
         if self.at("else"):
             self.next()
-            op.regions.append(self.parse_region())
+            op.regions.append(_with_implicit_yield(self.parse_region()))
         else:
             op.regions.append(Region([Block([], [Op("scf.yield")])]))
         op.loc = self.parse_loc()
@@ -618,11 +618,19 @@ class TTIRParser:
             self.values[n] = v
         op.regions.append(self.parse_region(before_args))
         self.expect("do")
-        op.regions.append(self.parse_region())
+        op.regions.append(_with_implicit_yield(self.parse_region()))
         op.loc = self.parse_loc()
         for rn, rt in zip(result_names, rtypes):
             op.results.append(self.define(rn, rt, op))
         return op
+
+
+def _with_implicit_yield(region: Region) -> Region:
+    """MLIR omits `scf.yield` with no operands when printing; put it back so every body ends in one."""
+    ops = region.block.ops
+    if not ops or ops[-1].name != "scf.yield":
+        ops.append(Op("scf.yield", [], [], {}, [], ops[-1].loc if ops else UNKNOWN_LOC))
+    return region
 
 
 def _constant_value(text: str, ty: Ty):
