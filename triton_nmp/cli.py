@@ -87,11 +87,78 @@ def _cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------------------- demo
+
+
+def _args_demo(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--size", choices=("small", "medium"), default="small", help="problem sizes (default small)")
+    parser.add_argument("--target", metavar="NAME_OR_TOML", default=None, help="target (default nmp-64)")
+    parser.add_argument("--keep-cache", action="store_true",
+                        help="use Triton's kernel cache (default: a fresh one, so compile times are real)")
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    """Compile and run the kernel suite on the simulator; print kernel, shape, correctness, compile time."""
+    import os
+    import tempfile
+
+    import triton_nmp
+    from triton_nmp.demo import run_demo
+
+    triton_nmp.activate(args.target)
+    if args.keep_cache:
+        return 0 if run_demo(args.size) else 1
+    with tempfile.TemporaryDirectory(prefix="triton-nmp-demo-") as cache:
+        saved = os.environ.get("TRITON_CACHE_DIR")
+        os.environ["TRITON_CACHE_DIR"] = cache
+        try:
+            return 0 if run_demo(args.size) else 1
+        finally:
+            if saved is None:
+                os.environ.pop("TRITON_CACHE_DIR", None)
+            else:
+                os.environ["TRITON_CACHE_DIR"] = saved
+
+
+# ---------------------------------------------------------------------------------- compile
+
+
+def _args_compile(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("kernel", metavar="FILE.py:KERNEL", help="the @triton.jit function to compile")
+    parser.add_argument("--signature", default="", help="types of the non-constexpr parameters, e.g. '*fp32,i32'")
+    parser.add_argument("--const", action="append", default=[], metavar="NAME=VALUE", help="a constexpr value")
+    parser.add_argument("--stage", choices=("ttir", "nmpir", "llir", "all"), default="nmpir",
+                        help="stage to print (default nmpir)")
+    parser.add_argument("--out-dir", default=None, help="write every stage to this folder instead")
+    parser.add_argument("--target", metavar="NAME_OR_TOML", default=None, help="target (default nmp-64)")
+
+
+def _cmd_compile(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    import triton_nmp
+    from triton_nmp.compile_tool import compile_stages, parse_request, write_stages
+
+    triton_nmp.activate(args.target)
+    req = parse_request(args.kernel, args.signature, args.const)
+    stages = compile_stages(req)
+    if args.out_dir:
+        for p in write_stages(stages, Path(args.out_dir), req.kernel):
+            print(p)
+        return 0
+    for name in ("ttir", "nmpir", "llir") if args.stage == "all" else (args.stage,):
+        print(f"// ----- {name} -----")
+        print(stages[name])
+    return 0
+
+
 # ------------------------------------------------------------------------------ registration
 
 # name -> (command, argument declarer, one-line help). Add new subcommands here.
 _SUBCOMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], Callable[[argparse.ArgumentParser], None], str]] = {
     "info": (_cmd_info, _args_info, "show a target's parameters and roofline numbers"),
+    "demo": (_cmd_demo, _args_demo, "compile and run the kernel suite on the simulator, check against torch"),
+    "compile": (_cmd_compile, _args_compile, "compile one kernel and print or save its IR stages"),
 }
 
 
