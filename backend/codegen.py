@@ -23,6 +23,7 @@ from llvmlite import ir
 from triton_nmp.errors import NMPCompilationError
 
 from .access import elem_bytes
+from .codegen_language import LanguageCodegen
 from .codegen_scalar import (
     F32,
     F64,
@@ -37,7 +38,6 @@ from .codegen_scalar import (
     to_compute,
     to_storage,
 )
-from .codegen_language import LanguageCodegen
 from .ir import Func, Module, Op, Ty, Value
 
 COUNTERS = ("programs", "dma_loads", "dma_load_bytes", "dma_stores", "dma_store_bytes", "gather_elems",

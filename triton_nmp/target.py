@@ -40,10 +40,7 @@ from typing import Any
 
 from triton_nmp.errors import NMPTargetError
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10 needs the tomli backport
-    import tomli as tomllib
+import tomllib
 
 __all__ = [
     "DEFAULT_TARGET",
