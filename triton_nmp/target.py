@@ -31,16 +31,14 @@ import json
 import math
 import os
 import re
-import sys
 import threading
+import tomllib
 from dataclasses import dataclass, field, fields
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from triton_nmp.errors import NMPTargetError
-
-import tomllib
 
 __all__ = [
     "DEFAULT_TARGET",
