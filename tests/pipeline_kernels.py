@@ -1,0 +1,51 @@
+"""Small kernels for the pipeline tests (Triton needs @jit functions to live in a source file)."""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def copy_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+
+@triton.jit
+def unmasked_copy_kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs))
+
+
+@triton.jit
+def unmasked_store_kernel(y_ptr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.full([BLOCK], 7.0, tl.float32))
+
+
+@triton.jit
+def modulo_gather_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    # `% n` defeats the affine analysis: the load must fall back to an element gather.
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    src = (offs * 7) % n
+    tl.store(y_ptr + offs, tl.load(x_ptr + src, mask=offs < n), mask=offs < n)
+
+
+@triton.jit
+def inline_asm_kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    y = tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True, pack=1)
+    tl.store(y_ptr + offs, y)
+
+
+@triton.jit
+def row_sum_loop_kernel(x_ptr, out_ptr, n_cols, stride, BLOCK: tl.constexpr):
+    # Loop-carried pointer tensor: becomes a scalar loop-carried byte offset in nmpir.
+    row = tl.program_id(0)
+    ptrs = x_ptr + row * stride + tl.arange(0, BLOCK)
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        acc += tl.load(ptrs, mask=cols < n_cols, other=0.0)
+        ptrs += BLOCK
+    tl.store(out_ptr + row, tl.sum(acc, axis=0))

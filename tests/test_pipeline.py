@@ -1,0 +1,144 @@
+"""The compilation pipeline end to end: stages, caches, dumps, memory-access lowering and errors."""
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+import triton
+
+import triton_nmp
+from triton_nmp.backend.ir import Block, Func, Module, Op, Ty, Value
+from triton_nmp.backend.nmpir import verify
+from triton_nmp.errors import NMPCompilationError, NMPOutOfBoundsError
+
+from . import pipeline_kernels as pk
+
+HERE = Path(__file__).resolve().parent
+
+
+def test_stages_visible_in_asm():
+    x = torch.randn(1000)
+    y = torch.empty(1000)
+    k = pk.copy_kernel[(4,)](x, y, 1000, BLOCK=256)
+    assert torch.equal(x, y)
+    assert list(k.asm) == ["source", "ttir", "nmpir", "llir", "nmpbin"]
+    assert "nmp.dma_load" in k.asm["nmpir"] and "nmp.dma_store" in k.asm["nmpir"]
+    assert "pipeline_kernels.py" in k.asm["nmpir"]  # source locations survive into the tile dialect
+    assert "define" in k.asm["llir"] and isinstance(k.asm["nmpbin"], bytes)
+    assert k.metadata.nmp_entry.startswith("nmp_grid_")
+
+
+def test_elementwise_loops_are_vectorised():
+    x = torch.randn(1000)
+    y = torch.empty(1000)
+    k = pk.row_sum_loop_kernel[(1,)](x, y, 1000, 1000, BLOCK=256)
+    assert "<8 x float>" in k.asm["llir"] or "<4 x float>" in k.asm["llir"]
+
+
+def test_loop_carried_pointer_becomes_scalar_offset():
+    x = torch.randn(7, 300)
+    out = torch.empty(7)
+    k = pk.row_sum_loop_kernel[(7,)](x, out, 300, x.stride(0), BLOCK=128)
+    torch.testing.assert_close(out, x.sum(1), rtol=1e-5, atol=1e-5)
+    nmpir = k.asm["nmpir"]
+    assert "_off: i64" in nmpir  # the pointer tensor is carried as one i64 byte offset
+    assert "nmp.gather" not in nmpir and "tt.addptr" not in nmpir
+
+
+def test_unstructured_access_falls_back_to_gather():
+    n = 1000
+    x = torch.randn(n)
+    y = torch.empty(n)
+    k = pk.modulo_gather_kernel[(triton.cdiv(n, 256),)](x, y, n, BLOCK=256)
+    idx = (torch.arange(n) * 7) % n
+    assert torch.equal(y, x[idx])
+    assert "nmp.gather" in k.asm["nmpir"]
+
+
+def test_out_of_bounds_load_is_reported_with_argument_range_and_line():
+    x = torch.randn(1000)
+    y = torch.empty(1024)
+    with pytest.raises(NMPOutOfBoundsError, match=r"tt\.load of argument 'x_ptr' touches bytes \[3072, 4096\) "
+                       r"but the tensor spans \[0, 4000\).*pipeline_kernels\.py:16"):
+        pk.unmasked_copy_kernel[(4,)](x, y, BLOCK=256)
+
+
+def test_out_of_bounds_store_writes_nothing_outside_the_tensor():
+    storage = torch.zeros(2048)
+    view = storage[:1000]  # the kernel's programs 3.. would write into the rest of the storage
+    with pytest.raises(NMPOutOfBoundsError, match=r"tt\.store of argument 'y_ptr'.*pipeline_kernels\.py:22"):
+        pk.unmasked_store_kernel[(8,)](view, BLOCK=256)
+    assert torch.all(storage[1000:] == 0)
+    assert torch.all(storage[:768] == 7.0)  # programs before the failing one ran
+
+
+def test_unsupported_op_names_op_and_line():
+    x = torch.randn(64)
+    y = torch.empty(64)
+    with pytest.raises(NMPCompilationError,
+                       match=r"pipeline_kernels\.py:37:9: inline assembly .* is not supported on nmp"):
+        pk.inline_asm_kernel[(1,)](x, y, BLOCK=64)
+
+
+def test_verifier_rejects_use_before_definition():
+    body = Block()
+    ghost = Value("ghost", Ty("i32"))
+    body.ops.append(Op("arith.addi", [ghost, ghost], [Value("r", Ty("i32"))]))
+    with pytest.raises(NMPCompilationError, match="operand %ghost is not defined before its use"):
+        verify(Module([Func("k", [], [], body)]), "test")
+
+
+def test_backend_hash_changes_with_target():
+    from triton_nmp.backend.compiler import NMPBackend
+
+    drv = triton_nmp.activate()
+    h1 = NMPBackend(drv.get_current_target()).hash()
+    previous = triton_nmp.set_active_target(triton_nmp.TargetSpec.load("upmem-like"))
+    try:
+        h2 = NMPBackend(drv.get_current_target()).hash()
+    finally:
+        triton_nmp.set_active_target(previous)
+    assert h1 != h2
+
+
+_CHILD = textwrap.dedent(
+    """
+    import sys, torch, triton
+    from triton import knobs
+    sys.path.insert(0, {here!r})
+    import pipeline_kernels as pk
+    hits = []
+    knobs.compilation.listener = lambda **kw: hits.append(kw["cache_hit"])
+    x = torch.arange(300, dtype=torch.float32); y = torch.empty(300)
+    pk.copy_kernel[(2,)](x, y, 300, BLOCK=256)
+    assert torch.equal(x, y)
+    print("CACHE_HIT" if hits == [True] else "COMPILED")
+    """
+)
+
+
+def test_second_process_loads_kernel_from_cache(tmp_path):
+    env = dict(os.environ, TRITON_CACHE_DIR=str(tmp_path / "cache"))
+    code = _CHILD.format(here=str(HERE))
+    outs = [subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+            for _ in range(2)]
+    assert outs[0].returncode == 0, outs[0].stderr
+    assert outs[1].returncode == 0, outs[1].stderr
+    assert outs[0].stdout.strip() == "COMPILED"
+    assert outs[1].stdout.strip() == "CACHE_HIT"
+    cached = {p.suffix for p in (tmp_path / "cache").rglob("*copy_kernel*")}
+    assert {".ttir", ".nmpir", ".llir", ".nmpbin", ".json"} <= cached
+
+
+def test_kernel_dump_contains_every_stage(tmp_path):
+    env = dict(os.environ, TRITON_CACHE_DIR=str(tmp_path / "cache"), TRITON_KERNEL_DUMP="1",
+               TRITON_DUMP_DIR=str(tmp_path / "dump"))
+    code = _CHILD.format(here=str(HERE))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    dumped = {p.suffix for p in (tmp_path / "dump").rglob("copy_kernel.*")}
+    assert {".ttir", ".nmpir", ".llir", ".nmpbin"} <= dumped
