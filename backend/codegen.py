@@ -39,6 +39,7 @@ from .codegen_scalar import (
     to_storage,
 )
 from .ir import Func, Module, Op, Ty, Value
+from .scratchpad import ScratchpadPlan
 
 COUNTERS = ("programs", "dma_loads", "dma_load_bytes", "dma_stores", "dma_store_bytes", "gather_elems",
             "scatter_elems", "vec_elems", "macs")
@@ -53,6 +54,7 @@ STATUS_NO_MEMORY = 3
 CTX_TRACE_PTR, CTX_TRACE_LEN, CTX_TRACE_CAP, CTX_TRACE_ON = 48, 49, 50, 51
 TRACE_WORDS = 8
 EV_DMA_LOAD, EV_DMA_STORE, EV_GATHER, EV_SCATTER, EV_VEC, EV_MATMUL, EV_WAIT = 1, 2, 3, 4, 5, 6, 7
+DMA_FLAG_PREFETCHED = 1
 DTYPE_CODES = {"f32": 0, "f16": 1, "bf16": 2, "f64": 3, "i8": 4, "i16": 5, "i32": 6, "i64": 7, "i1": 8, "ptr": 7}
 
 
@@ -83,8 +85,11 @@ def _elem_size(t: Ty) -> int:
 
 
 class KernelCodegen(LanguageCodegen):
-    def __init__(self, func: Func, triple: str, data_layout: str):
+    def __init__(self, func: Func, triple: str, data_layout: str, plan: ScratchpadPlan | None = None):
         self.func = func
+        self.plan = plan
+        self.arena: ir.Value | None = None
+        self.loops: list[tuple[ir.Value, ir.Value]] = []  # (induction variable, lower bound) of open loops
         self.module = ir.Module(name=func.name)
         self.module.triple = triple
         self.module.data_layout = data_layout
@@ -262,8 +267,18 @@ class KernelCodegen(LanguageCodegen):
         b.position_at_end(cont)
 
     def buffer(self, v: Value) -> ir.Value:
-        """The scratchpad buffer of a tile value (allocated once, in the entry block)."""
+        """The scratchpad buffer of a tile value: its planned place in the scratchpad arena, or (for
+        codegen temporaries outside the plan) a buffer of its own in the entry block."""
         key = id(v)
+        if key not in self.bufs and self.plan is not None and self.plan.offset(v) is not None:
+            if self.arena is None:
+                arr = self.alloca_builder.alloca(ir.ArrayType(I8, max(self.plan.peak_bytes, 64)), name="spm")
+                arr.align = 64
+                self.arena = arr
+                self.spm_bytes += self.plan.peak_bytes
+            st = storage_type(v.type)
+            p = self.alloca_builder.gep(self.arena, [_i64(0), _i64(self.plan.offset(v))])
+            self.bufs[key] = self.alloca_builder.bitcast(p, st.as_pointer())
         if key not in self.bufs:
             st = storage_type(v.type)
             n = v.type.numel
@@ -284,6 +299,9 @@ class KernelCodegen(LanguageCodegen):
     def copy_tile(self, dst: Value, src: Value) -> None:
         if self.buffer(dst) is self.buffer(src):
             return
+        if self.plan is not None and self.plan.offset(dst) is not None:
+            if self.plan.offset(dst) == self.plan.offset(src):
+                return
         nbytes = dst.type.numel * _storage_bytes(dst.type)
         self.memcpy(self.buffer(dst), self.buffer(src), _i64(nbytes))
 
@@ -547,7 +565,9 @@ class KernelCodegen(LanguageCodegen):
         self.vals[id(iv)] = ivp
         b.cbranch(b.icmp_signed("<", ivp, ub), bodyb, exitb)
         b.position_at_end(bodyb)
+        self.loops.append((ivp, lb))
         self.emit_block(body.ops[:-1])
+        self.loops.pop()
         yield_op = body.ops[-1]
         self._copy_yields(bargs, yield_op.operands)
         latch = b.block
@@ -754,7 +774,7 @@ class KernelCodegen(LanguageCodegen):
 
         rec(0, [])
 
-    def _trace_dma(self, kind: int, root: Value, offset, strides, valid, esize: int) -> None:
+    def _trace_dma(self, kind: int, root: Value, offset, strides, valid, esize: int, flags=0) -> None:
         """Record a descriptor as rows of contiguous bytes: [arg, first byte, rows, row bytes, row stride].
 
         Rank <= 2 is exact. For rank 3+ the outer dimensions are folded into rows at the stride of
@@ -763,7 +783,7 @@ class KernelCodegen(LanguageCodegen):
         b = self.b
         index = self.arg_info[id(root)][0]
         if not valid:
-            self.trace(kind, [index, offset, 1, esize, esize, 0])
+            self.trace(kind, [index, offset, 1, esize, esize, flags])
             return
         contiguous = b.icmp_signed("==", strides[-1], _i64(esize))
         outer = _prod_values(b, valid[:-1])
@@ -771,7 +791,7 @@ class KernelCodegen(LanguageCodegen):
         row_bytes = b.select(contiguous, b.mul(valid[-1], _i64(esize)), _i64(esize))
         outer_stride = strides[-2] if len(strides) >= 2 else _i64(0)
         row_stride = b.select(contiguous, outer_stride, strides[-1])
-        self.trace(kind, [index, offset, rows, row_bytes, row_stride, 0])
+        self.trace(kind, [index, offset, rows, row_bytes, row_stride, flags])
 
     def op_nmp_dma_load(self, op: Op) -> None:
         b = self.b
@@ -797,7 +817,12 @@ class KernelCodegen(LanguageCodegen):
             self._box_copy(tile, self.arg_info[id(root)][1], offset, strides, valid, True)
             self.count("dma_loads", _i64(1))
             self.count("dma_load_bytes", b.mul(_prod_values(b, valid), _i64(esize)))
-            self._trace_dma(EV_DMA_LOAD, root, offset, strides, valid, esize)
+            flags = 0
+            if op.attrs.get("stages", 1) > 1 and self.loops:
+                # Multi-buffered: every iteration but the first was prefetched during the previous one.
+                iv, lb = self.loops[-1]
+                flags = b.zext(b.icmp_signed("!=", iv, lb), I64)
+            self._trace_dma(EV_DMA_LOAD, root, offset, strides, valid, esize, flags)
         if is_scalar:
             self.vals[id(r)] = self.load_elem(tile, _i64(0))
 
@@ -942,6 +967,6 @@ def _triton_ty(elem: str | None) -> str:
     return {"f16": "fp16", "bf16": "bf16", "f32": "fp32", "f64": "fp64"}.get(elem or "", elem or "")
 
 
-def generate_llvm(mod: Module, triple: str, data_layout: str) -> CodegenResult:
+def generate_llvm(mod: Module, triple: str, data_layout: str, plan: ScratchpadPlan | None = None) -> CodegenResult:
     """nmpir module -> LLVM IR text plus the metadata the simulator needs."""
-    return KernelCodegen(mod.kernel, triple, data_layout).build()
+    return KernelCodegen(mod.kernel, triple, data_layout, plan).build()

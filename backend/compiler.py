@@ -20,11 +20,13 @@ from triton._C.libtriton import ir, passes
 from triton.backends.compiler import BaseBackend, GPUTarget, Language
 
 from triton_nmp.errors import NMPCompilationError
+from triton_nmp.target import active_target
 
 from . import llvm_target
 from .codegen import generate_llvm
 from .lower_nmpir import lower_to_nmpir
 from .nmpir import print_module
+from .scratchpad import ScratchpadPlan, check_budget, mark_multibuffered_loads, plan_scratchpad
 from .ttir_import import import_ttir
 
 VERSION = "0.1.0"
@@ -56,11 +58,12 @@ def _warn_foreign(name: str) -> None:
 @dataclass(frozen=True)
 class NMPOptions:
     """Compile options. `num_warps` and `num_ctas` are accepted for portability and ignored by design
-    (one program runs on one PU); `num_stages` is the multi-buffering depth for loops that load tiles."""
+    (one program runs on one PU); `num_stages` is the multi-buffering depth for loops that load tiles
+    (default 2: double buffering; 1 turns it off)."""
 
     num_warps: int = 4
     num_ctas: int = 1
-    num_stages: int = 1
+    num_stages: int = 2
     warp_size: int = 1
     debug: bool = False
     sanitize_overflow: bool = False
@@ -101,15 +104,17 @@ class NMPOptions:
 
 
 class NMPIR:
-    """The nmpir stage's result: the module for the next stage, its text for caches and dumps."""
+    """The nmpir stage's result: the module and its scratchpad plan for the next stage, and their text
+    for caches and dumps."""
 
-    def __init__(self, module):
+    def __init__(self, module, plan: ScratchpadPlan):
         self.module = module
+        self.plan = plan
         self._text: str | None = None
 
     def __str__(self) -> str:
         if self._text is None:
-            self._text = print_module(self.module)
+            self._text = self.plan.summary() + "\n" + print_module(self.module)
         return self._text
 
 
@@ -177,19 +182,26 @@ class NMPBackend(BaseBackend):
     def make_nmpir(src, metadata, options) -> NMPIR:
         module = import_ttir(str(src))
         metadata["name"] = module.kernel.name
-        return NMPIR(lower_to_nmpir(module))
+        nmp = lower_to_nmpir(module)
+        mark_multibuffered_loads(nmp.kernel, options.num_stages)
+        spec = active_target()
+        plan = plan_scratchpad(nmp.kernel, align=max(spec.dma_alignment_bytes, 64))
+        check_budget(plan, spec.spm_bytes, nmp.kernel.name, spec.name)
+        metadata["shared"] = plan.peak_bytes
+        metadata["nmp_spm_bytes"] = plan.peak_bytes
+        return NMPIR(nmp, plan)
 
     @staticmethod
     def make_llir(src: NMPIR, metadata, options) -> str:
         tm = llvm_target.target_machine()
-        result = generate_llvm(src.module, tm.triple, str(tm.target_data))
+        result = generate_llvm(src.module, tm.triple, str(tm.target_data), src.plan)
         metadata["name"] = src.module.kernel.name
         metadata["nmp_entry"] = result.entry
         metadata["nmp_args"] = result.args
         metadata["nmp_sites"] = [s.__dict__ for s in result.sites]
         metadata["nmp_counters"] = list(result.counters)
-        metadata["nmp_spm_bytes"] = result.spm_bytes
-        metadata["shared"] = 0  # scratchpad use is reported in nmp_spm_bytes until buffer planning lands
+        metadata["nmp_spm_bytes"] = max(metadata.get("nmp_spm_bytes", 0), result.spm_bytes)
+        metadata["shared"] = metadata["nmp_spm_bytes"]
         return llvm_target.optimize(result.llvm_ir, src.module.kernel.name)
 
     @staticmethod

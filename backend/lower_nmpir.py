@@ -251,8 +251,14 @@ class Lowering(LanguageLowering):
         guard = self._guard(box)
         return form.root, offset, strides, bounds, guard
 
-    def _arg_name(self, root: Value) -> str:
-        return root.name
+    def other_value(self, other: Value) -> Value:
+        """`other` of a masked load: a splat constant becomes a scalar (no scratchpad tile for padding)."""
+        op = other.owner if isinstance(other.owner, Op) else None
+        if op is not None and op.name == "arith.constant" and not isinstance(op.attrs.get("value"), list):
+            return self.const(op.attrs["value"], other.type.scalar)
+        if op is not None and op.name == "tt.splat":
+            return self.get(op.operands[0])
+        return self.get(other)
 
     def op_tt_load(self, op: Op) -> None:
         ptr = op.operands[0]
@@ -272,7 +278,7 @@ class Lowering(LanguageLowering):
                 operands.append(guard)
                 attrs["guarded"] = True
             if other is not None:
-                operands.append(self.get(other))
+                operands.append(self.other_value(other))
                 attrs["has_other"] = True
             new = self.emit("nmp.dma_load", operands, [r.type], attrs, names=[r.name])
             self.bind(op, new)
@@ -287,7 +293,7 @@ class Lowering(LanguageLowering):
             operands.append(self.get(mask))
             attrs["has_mask"] = True
         if other is not None:
-            operands.append(self.get(other))
+            operands.append(self.other_value(other))
             attrs["has_other"] = True
         new = self.emit("nmp.gather", operands, [r.type], attrs, names=[r.name])
         self.bind(op, new)

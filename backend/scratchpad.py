@@ -1,0 +1,272 @@
+"""Scratchpad buffer planning and legalization for the nmp tile dialect.
+
+Every live tile occupies scratchpad. The planner numbers the ops in program order, computes each
+tile's live range (a tile used inside a loop it was not defined in stays live to the end of that
+loop; loop-carried tiles live across the whole loop; views and loop results share their source's
+buffer), and places buffers at aligned offsets, first fit, reusing the space of dead tiles. Loads
+that are multi-buffered (`num_stages` > 1) get one buffer per stage. The result is the kernel's peak
+scratchpad use; a kernel above the target's budget is refused at compile time with the buffers that
+are live at the peak, instead of failing at run time ("ub overflow").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from triton_nmp.errors import NMPCompilationError
+
+from .codegen_scalar import storage_type
+from .ir import Func, Loc, Op, Value
+
+DEFAULT_ALIGN = 64
+
+
+def tile_bytes(v: Value) -> int:
+    st = storage_type(v.type)
+    width = getattr(st, "width", None)
+    esize = width // 8 if width else (8 if str(st) == "double" else 4)
+    return v.type.numel * esize
+
+
+@dataclass
+class Buffer:
+    """A scratchpad buffer: one tile value and every value that aliases it."""
+
+    value: Value
+    nbytes: int
+    start: int
+    end: int
+    loc: Loc
+    stages: int = 1
+    offset: int = -1
+
+    @property
+    def size(self) -> int:
+        return self.nbytes * self.stages
+
+    def describe(self) -> str:
+        t = self.value.type
+        shape = "x".join(map(str, t.shape))
+        staged = f" x {self.stages} stages" if self.stages > 1 else ""
+        return f"%{self.value.name}: tile<{shape}x{t.elem}> {self.nbytes} B{staged} ({self.loc})"
+
+
+@dataclass
+class ScratchpadPlan:
+    buffers: list[Buffer] = field(default_factory=list)
+    of_value: dict[int, Buffer] = field(default_factory=dict)
+    peak_bytes: int = 0
+    live_at_peak: list[Buffer] = field(default_factory=list)
+
+    def offset(self, v: Value) -> int | None:
+        b = self.of_value.get(id(v))
+        return None if b is None else b.offset
+
+    def summary(self) -> str:
+        lines = [f"// scratchpad plan: peak {self.peak_bytes} bytes, {len(self.buffers)} buffers"]
+        for b in sorted(self.buffers, key=lambda b: b.offset):
+            lines.append(f"//   [{b.offset:>7}, {b.offset + b.size:>7})  {b.describe()}  live {b.start}..{b.end}")
+        return "\n".join(lines)
+
+
+class _Liveness:
+    def __init__(self, func: Func):
+        self.time = 0
+        self.def_time: dict[int, int] = {}
+        self.def_loops: dict[int, tuple[Op, ...]] = {}
+        self.last_use: dict[int, int] = {}
+        self.loop_span: dict[int, tuple[int, int]] = {}
+        self.alias: dict[int, Value] = {}
+        self.values: dict[int, Value] = {}
+        self.locs: dict[int, Loc] = {}
+        self.pipelined: dict[int, int] = {}
+        self.pending: list[tuple[int, Op]] = []
+        self.ring_loop: dict[int, Op] = {}
+        self.func = func
+        self._block(func.body.ops, (), func.loc)
+        for key, loop in self.pending:
+            self.last_use[key] = max(self.last_use.get(key, 0), self.loop_span[id(loop)][1])
+        for key, loop in self.ring_loop.items():
+            start, end = self.loop_span[id(loop)]
+            self.def_time[key] = min(self.def_time[key], start)
+            self.last_use[key] = max(self.last_use.get(key, 0), end)
+        for a in func.body.args:
+            self._define(a, 0, (), func.loc)
+
+    def _define(self, v: Value, t: int, loops: tuple[Op, ...], loc: Loc) -> None:
+        if v.type.is_tensor:
+            self.def_time[id(v)] = t
+            self.def_loops[id(v)] = loops
+            self.values[id(v)] = v
+            self.locs[id(v)] = loc
+
+    def _use(self, v: Value, t: int, loops: tuple[Op, ...]) -> None:
+        if not v.type.is_tensor:
+            return
+        defined_in = self.def_loops.get(id(v), ())
+        for loop in loops:
+            if loop not in defined_in:
+                self.pending.append((id(v), loop))  # live until the loop ends (known after the walk)
+                break
+        self.last_use[id(v)] = max(self.last_use.get(id(v), 0), t)
+
+    def _block(self, ops: list[Op], loops: tuple[Op, ...], loc: Loc) -> None:
+        for op in ops:
+            self.time += 1
+            t = self.time
+            for o in op.operands:
+                self._use(o, t, loops)
+            if op.regions:
+                is_loop = op.name in ("scf.for", "scf.while")
+                inner_loops = loops + (op,) if is_loop else loops
+                for r in op.regions:
+                    for b in r.blocks:
+                        for a in b.args:
+                            self._define(a, t, inner_loops, op.loc)
+                            if is_loop:
+                                self.last_use[id(a)] = 1 << 60  # loop-carried: live across the loop
+                        self._block(b.ops, inner_loops, op.loc)
+                end = self.time + 1
+                if is_loop:
+                    self.loop_span[id(op)] = (t, end)
+                    for r in op.regions:
+                        for b in r.blocks:
+                            for a in b.args:
+                                if a.type.is_tensor:
+                                    self.last_use[id(a)] = end
+                self.time = end
+                self._aliases(op)
+            for r in op.results:
+                self._define(r, t, loops, op.loc)
+            if op.name == "nmp.view":
+                self.alias[id(op.result)] = op.operands[0]
+            if op.name == "nmp.dma_load" and op.attrs.get("stages", 1) > 1:
+                self.pipelined[id(op.result)] = op.attrs["stages"]
+                if loops:
+                    # the stage buffers form a ring that is in use for the whole loop
+                    self.ring_loop[id(op.result)] = loops[-1]
+
+    def _aliases(self, op: Op) -> None:
+        if op.name == "scf.for":
+            body = op.regions[0].block
+            barg = body.args[1:]
+            for r, a in zip(op.results, barg):
+                if r.type.is_tensor:
+                    self.alias[id(r)] = a
+            # Accumulate in place: `acc = dot(a, b, acc)` / `acc = acc + x` yielded back into its own
+            # loop-carried slot reuses that slot when nothing else reads the old value.
+            for a, y in zip(barg, body.ops[-1].operands):
+                producer = y.owner if isinstance(y.owner, Op) else None
+                if not a.type.is_tensor or producer is None or producer.name not in ("nmp.matmul", "nmp.vec"):
+                    continue
+                users = [o for o in body.ops if any(x is a for x in o.operands)]
+                if users == [producer] and any(x is a for x in producer.operands) and y.type == a.type:
+                    self.alias[id(y)] = a
+        elif op.name == "scf.while":
+            before, after = op.regions[0].block, op.regions[1].block
+            cond = before.ops[-1]
+            for a, fwd in zip(after.args, cond.operands[1:]):
+                if a.type.is_tensor:
+                    self.alias[id(a)] = fwd
+            for r, fwd in zip(op.results, cond.operands[1:]):
+                if r.type.is_tensor:
+                    self.alias[id(r)] = fwd
+
+    def root(self, v: Value) -> Value:
+        seen = 0
+        while id(v) in self.alias and seen < 10000:
+            v = self.alias[id(v)]
+            seen += 1
+        return v
+
+
+def plan_scratchpad(func: Func, align: int = DEFAULT_ALIGN) -> ScratchpadPlan:
+    """Assign every tile a scratchpad offset; returns the plan with the peak bytes."""
+    lv = _Liveness(func)
+    groups: dict[int, Buffer] = {}
+    plan = ScratchpadPlan()
+    for key, v in lv.values.items():
+        root = lv.root(v)
+        start = lv.def_time[key]
+        end = max(lv.last_use.get(key, start), start)
+        end = min(end, lv.time + 1)
+        rk = id(root)
+        buf = groups.get(rk)
+        if buf is None:
+            rv = lv.values.get(rk, root)
+            nbytes = -(-tile_bytes(rv) // align) * align
+            buf = Buffer(rv, nbytes, start, end, lv.locs.get(rk, lv.locs[key]), lv.pipelined.get(rk, 1))
+            groups[rk] = buf
+        else:
+            buf.start = min(buf.start, start)
+            buf.end = max(buf.end, end)
+        plan.of_value[key] = buf
+    plan.buffers = sorted(groups.values(), key=lambda b: (b.start, -b.size))
+    active: list[Buffer] = []
+    best_live = -1
+    for buf in plan.buffers:
+        active = [a for a in active if a.end >= buf.start]
+        offset = 0
+        for a in sorted(active, key=lambda a: a.offset):
+            if offset + buf.size <= a.offset:
+                break
+            offset = max(offset, a.offset + a.size)
+        buf.offset = offset
+        active.append(buf)
+        plan.peak_bytes = max(plan.peak_bytes, offset + buf.size)
+        live = sum(a.size for a in active)
+        if live > best_live:
+            best_live = live
+            plan.live_at_peak = list(active)
+    return plan
+
+
+def check_budget(plan: ScratchpadPlan, budget: int, kernel: str, target: str) -> None:
+    """Refuse a kernel whose tiles do not fit the scratchpad, naming what is live at the peak."""
+    if plan.peak_bytes <= budget:
+        return
+    live = sorted(plan.live_at_peak, key=lambda b: -b.size)
+    lines = "\n".join("    " + b.describe() for b in live)
+    raise NMPCompilationError(
+        f"scratchpad overflow: the kernel needs {plan.peak_bytes} bytes of scratchpad per program but target "
+        f"'{target}' has {budget} bytes. Tiles live at the peak ({sum(b.size for b in live)} bytes):\n{lines}\n"
+        f"Use smaller BLOCK_* sizes or fewer num_stages",
+        kernel=kernel,
+    )
+
+
+_DATA_OPS = {"nmp.dma_load", "nmp.gather", "nmp.reduce", "nmp.atomic"}
+
+
+def _depends_on_loaded_data(v: Value, body_ops: set[int], depth: int = 0) -> bool:
+    op = v.owner if isinstance(v.owner, Op) else None
+    if op is None or id(op) not in body_ops or depth > 200:
+        return False
+    if op.name in _DATA_OPS:
+        return True
+    return any(_depends_on_loaded_data(o, body_ops, depth + 1) for o in op.operands)
+
+
+def mark_multibuffered_loads(func: Func, num_stages: int) -> int:
+    """Mark loads in loop bodies for `num_stages`-deep multi-buffering; returns how many were marked.
+
+    A load qualifies when it sits directly in an `scf.for` body and its descriptor (offset, strides,
+    bounds) does not depend on data loaded in the same iteration, so the next iteration's transfer can
+    be issued before this iteration's compute. Each marked load gets `num_stages` scratchpad buffers.
+    """
+    if num_stages < 2:
+        return 0
+    marked = 0
+    for op in func.walk():
+        if op.name != "scf.for":
+            continue
+        body = op.regions[0].block
+        body_ops = {id(o) for o in body.ops}
+        for inner in body.ops:
+            if inner.name != "nmp.dma_load" or not inner.results[0].type.is_tensor:
+                continue
+            if any(_depends_on_loaded_data(o, body_ops) for o in inner.operands[1:]):
+                continue
+            inner.attrs["stages"] = num_stages
+            marked += 1
+    return marked
