@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from triton_nmp.errors import NMPCompilationError
 
 from .codegen_scalar import storage_type
-from .ir import Func, Loc, Op, Value
+from .ir import Block, Func, Loc, Op, Value
 
 DEFAULT_ALIGN = 64
 
@@ -82,6 +82,8 @@ class _Liveness:
         self.pipelined: dict[int, int] = {}
         self.pending: list[tuple[int, Op]] = []
         self.ring_loop: dict[int, Op] = {}
+        self.vec_ops: list[tuple[Op, int]] = []
+        self.for_ops: list[tuple[Op, int]] = []
         self.func = func
         self._block(func.body.ops, (), func.loc)
         for key, loop in self.pending:
@@ -140,6 +142,10 @@ class _Liveness:
                 self._define(r, t, loops, op.loc)
             if op.name == "nmp.view":
                 self.alias[id(op.result)] = op.operands[0]
+            if op.name == "nmp.vec":
+                self.vec_ops.append((op, t))
+            if op.name == "scf.for":
+                self.for_ops.append((op, t))
             if op.name == "nmp.dma_load" and op.attrs.get("stages", 1) > 1:
                 self.pipelined[id(op.result)] = op.attrs["stages"]
                 if loops:
@@ -180,9 +186,54 @@ class _Liveness:
         return v
 
 
+def _elementwise_in_place(lv: _Liveness) -> None:
+    """An elementwise op may write its result over an operand whose last use it is (same bytes):
+    every element is read before the same element is written."""
+    ends: dict[int, int] = {}
+    for key, v in lv.values.items():
+        rk = id(lv.root(v))
+        ends[rk] = max(ends.get(rk, 0), lv.last_use.get(key, lv.def_time[key]))
+    for op, t in lv.vec_ops:
+        r = op.result
+        if id(r) in lv.alias or not r.type.is_tensor:
+            continue
+        for o in op.operands:
+            if not o.type.is_tensor or tile_bytes(o) != tile_bytes(r):
+                continue
+            ro = lv.root(o)
+            if id(ro) not in lv.values or isinstance(ro.owner, Block) or ends.get(id(ro)) != t:
+                continue
+            if id(ro) in lv.pipelined:
+                continue
+            lv.alias[id(r)] = o
+            ends[id(ro)] = max(t, lv.last_use.get(id(r), t))
+            break
+
+
+def _loop_init_in_place(lv: _Liveness) -> None:
+    """A loop-carried tile starts in its initial value's buffer when the loop is that value's last use."""
+    ends: dict[int, int] = {}
+    for key, v in lv.values.items():
+        rk = id(lv.root(v))
+        ends[rk] = max(ends.get(rk, 0), lv.last_use.get(key, lv.def_time[key]))
+    for op, t in lv.for_ops:
+        for init, barg in zip(op.operands[3:], op.regions[0].block.args[1:]):
+            if not barg.type.is_tensor or id(barg) in lv.alias or tile_bytes(init) != tile_bytes(barg):
+                continue
+            ri = lv.root(init)
+            if id(ri) not in lv.values or isinstance(ri.owner, Block) or ends.get(id(ri)) != t:
+                continue
+            if id(ri) in lv.pipelined:
+                continue
+            lv.alias[id(barg)] = init
+            ends[id(ri)] = 1 << 60
+
+
 def plan_scratchpad(func: Func, align: int = DEFAULT_ALIGN) -> ScratchpadPlan:
     """Assign every tile a scratchpad offset; returns the plan with the peak bytes."""
     lv = _Liveness(func)
+    _elementwise_in_place(lv)
+    _loop_init_in_place(lv)
     groups: dict[int, Buffer] = {}
     plan = ScratchpadPlan()
     for key, v in lv.values.items():

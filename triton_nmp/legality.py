@@ -1,0 +1,161 @@
+"""Fast legality query for tuning: does a config compile and fit the scratchpad, and how much it uses.
+
+Running the whole pipeline (LLVM included) for every candidate config costs 100+ ms; the tuner needs
+the answer for dozens of configs. The query runs Triton's frontend to TTIR once per
+(kernel, argument types, constexprs) and caches the TTIR text; each config then only costs the nmpir
+lowering and the scratchpad plan (options such as `num_stages` and `pu_mapping` do not change TTIR).
+Verdicts are cached per (kernel, specialisation, config).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from triton_nmp.errors import NMPError
+from triton_nmp.target import TargetSpec, active_target
+
+_TTIR_CACHE: dict[tuple, str | Exception] = {}
+_VERDICTS: dict[tuple, Verdict] = {}
+
+_DTYPES = {
+    "torch.float32": "fp32", "torch.float16": "fp16", "torch.bfloat16": "bf16", "torch.float64": "fp64",
+    "torch.int8": "i8", "torch.int16": "i16", "torch.int32": "i32", "torch.int64": "i64", "torch.uint8": "u8",
+    "torch.bool": "i1",
+}
+_OPTION_KEYS = ("num_warps", "num_stages", "num_ctas", "pu_mapping", "maxnreg")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The answer for one config: legal or not, why, and its peak scratchpad bytes per program."""
+
+    legal: bool
+    reason: str
+    spm_peak_bytes: int
+    budget: int
+    seconds: float = 0.0
+
+
+def _type_of(value: Any) -> str:
+    if hasattr(value, "data_ptr") and hasattr(value, "dtype"):
+        try:
+            return "*" + _DTYPES[str(value.dtype)]
+        except KeyError:
+            raise NMPError(f"tensor dtype {value.dtype} is not supported on nmp") from None
+    if isinstance(value, bool):
+        return "i1"
+    if isinstance(value, int):
+        return "i32" if -(2**31) <= value < 2**31 else "i64"
+    if isinstance(value, float):
+        return "fp32"
+    if value is None:
+        return "constexpr"
+    raise NMPError(f"cannot infer a Triton type for argument value {value!r}")
+
+
+def _config_parts(config: Any) -> tuple[dict, dict]:
+    if config is None:
+        return {}, {}
+    if isinstance(config, dict):
+        kwargs = dict(config)
+        options = {k: kwargs.pop(k) for k in _OPTION_KEYS if k in kwargs}
+        return kwargs, options
+    kwargs = dict(getattr(config, "kwargs", {}) or {})
+    options = {k: getattr(config, k) for k in ("num_warps", "num_stages", "num_ctas") if getattr(config, k, None)}
+    options.update({k: kwargs.pop(k) for k in _OPTION_KEYS if k in kwargs})
+    return kwargs, options
+
+
+def _ttir(kernel, signature: dict, constexprs: dict, target, backend, options) -> str:
+    from triton._C.libtriton import ir
+    from triton.compiler import ASTSource
+
+    names = kernel.arg_names
+    consts = {(names.index(k),): v for k, v in constexprs.items()}
+    src = ASTSource(kernel, signature, consts)
+    context = ir.context()
+    ir.load_dialects(context)
+    backend.load_dialects(context)
+    mod = src.make_ir(target, options, backend.get_codegen_implementation(options), backend.get_module_map(),
+                      context)
+    mod = backend.make_ttir(mod, {}, options)
+    return str(mod)
+
+
+def check_config(kernel, args: dict[str, Any] | tuple | list, config: Any = None,
+                 spec: TargetSpec | None = None) -> Verdict:
+    """Is `config` (a `triton.Config` or a dict of kwargs and options) legal for `kernel` on `args`?
+
+    `args` maps parameter names to values (or lists them in order); the config supplies the remaining
+    constexprs and options. Never raises for an illegal config: the reason is in the verdict.
+    """
+    import triton
+
+    from triton_nmp.backend.compiler import NMPBackend
+    from triton_nmp.backend.lower_nmpir import lower_to_nmpir
+    from triton_nmp.backend.scratchpad import mark_multibuffered_loads, plan_scratchpad
+    from triton_nmp.backend.ttir_import import import_ttir
+    from triton_nmp.driver.driver import target_arch
+
+    t0 = time.perf_counter()
+    spec = spec or active_target()
+    names = list(kernel.arg_names)
+    values = dict(zip(names, args)) if isinstance(args, (tuple, list)) else dict(args)
+    kwargs, options = _config_parts(config)
+    values.update(kwargs)
+    missing = [n for n in names if n not in values]
+    if missing:
+        raise NMPError(f"check_config({kernel.fn.__name__}): no value for parameters {missing}")
+    constexpr_names = {p.name for p in kernel.params if p.is_constexpr}
+    signature, constexprs = {}, {}
+    for n in names:
+        v = values[n]
+        if n in constexpr_names or v is None:
+            signature[n] = "constexpr"
+            constexprs[n] = v
+        else:
+            signature[n] = _type_of(v)
+    key_sig = (kernel.cache_key, tuple(signature.items()), tuple(sorted((k, repr(v)) for k, v in constexprs.items())))
+    vkey = key_sig + (tuple(sorted(options.items())), spec.hash())
+    if vkey in _VERDICTS:
+        return _VERDICTS[vkey]
+    target = triton.backends.compiler.GPUTarget("nmp", target_arch(spec), 1)
+    backend = NMPBackend(target)
+    try:
+        opts = backend.parse_options(dict(options))
+    except NMPError as e:
+        verdict = Verdict(False, str(e), 0, spec.spm_bytes, time.perf_counter() - t0)
+        _VERDICTS[vkey] = verdict
+        return verdict
+    if key_sig not in _TTIR_CACHE:
+        try:
+            _TTIR_CACHE[key_sig] = _ttir(kernel, signature, constexprs, target, backend, opts)
+        except Exception as e:  # the frontend rejects this config (static_assert, bad shapes, ...)
+            _TTIR_CACHE[key_sig] = e
+    ttir = _TTIR_CACHE[key_sig]
+    if isinstance(ttir, Exception):
+        verdict = Verdict(False, f"does not compile: {ttir}".splitlines()[0], 0, spec.spm_bytes,
+                          time.perf_counter() - t0)
+    else:
+        try:
+            nmp = lower_to_nmpir(import_ttir(ttir))
+            mark_multibuffered_loads(nmp.kernel, opts.num_stages)
+            plan = plan_scratchpad(nmp.kernel, align=max(spec.dma_alignment_bytes, 64))
+        except NMPError as e:
+            verdict = Verdict(False, f"does not compile for nmp: {e}", 0, spec.spm_bytes, time.perf_counter() - t0)
+        else:
+            if plan.peak_bytes > spec.spm_bytes:
+                reason = (f"scratchpad overflow: needs {plan.peak_bytes} bytes per program, "
+                          f"target '{spec.name}' has {spec.spm_bytes}")
+                verdict = Verdict(False, reason, plan.peak_bytes, spec.spm_bytes, time.perf_counter() - t0)
+            else:
+                verdict = Verdict(True, "fits", plan.peak_bytes, spec.spm_bytes, time.perf_counter() - t0)
+    _VERDICTS[vkey] = verdict
+    return verdict
+
+
+def clear_cache() -> None:
+    _TTIR_CACHE.clear()
+    _VERDICTS.clear()
