@@ -40,6 +40,7 @@ from .codegen_scalar import (
 )
 from .ir import Func, Module, Op, Ty, Value
 from .scratchpad import ScratchpadPlan
+from .timing_only import timing_only_eligible
 
 COUNTERS = ("programs", "dma_loads", "dma_load_bytes", "dma_stores", "dma_store_bytes", "gather_elems",
             "scatter_elems", "vec_elems", "macs")
@@ -74,6 +75,8 @@ class CodegenResult:
     spm_bytes: int
     counters: tuple[str, ...] = COUNTERS
     buffers: list[tuple[str, str, int]] = field(default_factory=list)
+    timing_entry: str = ""  # grid entry of the timing-only variant, "" when the kernel is not eligible
+    timing_reason: str = ""
 
 
 def _i64(x: int) -> ir.Constant:
@@ -90,6 +93,8 @@ class KernelCodegen(LanguageCodegen):
         self.plan = plan
         self.arena: ir.Value | None = None
         self.loops: list[tuple[ir.Value, ir.Value]] = []  # (induction variable, lower bound) of open loops
+        self.site_ids: dict[tuple, int] = {}
+        self.timing_only = False
         self.module = ir.Module(name=func.name)
         self.module.triple = triple
         self.module.data_layout = data_layout
@@ -103,8 +108,25 @@ class KernelCodegen(LanguageCodegen):
     # -- infrastructure -------------------------------------------------------------------------------
     def build(self) -> CodegenResult:
         f = self.func
+        args_meta = self._emit_variant("", timing_only=False)
+        spm_bytes = self.spm_bytes
+        eligible, why = timing_only_eligible(f)
+        timing_entry = ""
+        if eligible:
+            self.vals, self.bufs, self.arg_info = {}, {}, {}
+            self.arena, self.loops = None, []
+            self._emit_variant("_timing", timing_only=True)
+            timing_entry = f"nmp_grid_timing_{f.name}"
+        return CodegenResult(str(self.module), f"nmp_grid_{f.name}", self.sites, args_meta, spm_bytes,
+                             COUNTERS, self.buffers, timing_entry, why)
+
+    def _emit_variant(self, suffix: str, timing_only: bool) -> list[dict]:
+        """Emit one body + grid pair. The timing-only variant skips tile compute and data movement but
+        keeps every address, bounds check and trace record (see `timing_only`)."""
+        f = self.func
+        self.timing_only = timing_only
         body_ty = ir.FunctionType(I64, [I64.as_pointer()] + [I64] * 6 + [I64.as_pointer()])
-        self.fn = ir.Function(self.module, body_ty, f"nmp_body_{f.name}")
+        self.fn = ir.Function(self.module, body_ty, f"nmp_body{suffix}_{f.name}")
         self.fn.linkage = "internal"
         slots, px, py, pz, nx, ny, nz, ctx = self.fn.args
         self.ctx = ctx
@@ -153,13 +175,13 @@ class KernelCodegen(LanguageCodegen):
             self.b.ret(_i64(0))
         self.alloca_builder.position_at_end(self.entry_block)
         self.alloca_builder.branch(start)
-        self._build_grid()
-        return CodegenResult(str(self.module), f"nmp_grid_{f.name}", self.sites, args_meta, self.spm_bytes,
-                             COUNTERS, self.buffers)
+        self._build_grid(f"nmp_grid{suffix}_{f.name}")
+        return args_meta
 
-    def _build_grid(self) -> None:
+
+    def _build_grid(self, name: str) -> None:
         gty = ir.FunctionType(I64, [I64.as_pointer(), I64, I64, I64, I64.as_pointer()])
-        g = ir.Function(self.module, gty, f"nmp_grid_{self.func.name}")
+        g = ir.Function(self.module, gty, name)
         slots, gx, gy, gz, ctx = g.args
         b = ir.IRBuilder(g.append_basic_block("entry"))
         fail = g.append_basic_block("fail")
@@ -251,8 +273,12 @@ class KernelCodegen(LanguageCodegen):
             b.store(b.add(n, _i64(1)), lenp)
 
     def site(self, op: Op, arg: str = "") -> int:
-        self.sites.append(Site(_op_label(op), str(op.loc), arg))
-        return len(self.sites) - 1
+        """Index of an op's error site (the same in every variant of the kernel)."""
+        key = (id(op), arg)
+        if key not in self.site_ids:
+            self.sites.append(Site(_op_label(op), str(op.loc), arg))
+            self.site_ids[key] = len(self.sites) - 1
+        return self.site_ids[key]
 
     def fail_if(self, cond: ir.Value, status: int, site: int, arg_index: int, lo: ir.Value, hi: ir.Value) -> None:
         b = self.b
@@ -297,7 +323,7 @@ class KernelCodegen(LanguageCodegen):
         self.b.store(to_storage(self.b, x, v.type), self.b.gep(self.buffer(v), [idx]))
 
     def copy_tile(self, dst: Value, src: Value) -> None:
-        if self.buffer(dst) is self.buffer(src):
+        if self.timing_only or self.buffer(dst) is self.buffer(src):
             return
         if self.plan is not None and self.plan.offset(dst) is not None:
             if self.plan.offset(dst) == self.plan.offset(src):
@@ -358,16 +384,22 @@ class KernelCodegen(LanguageCodegen):
         self.b.ret(_i64(0))
 
     def op_nmp_const(self, op: Op) -> None:
+        if self.timing_only:
+            return
         r = op.result
         c = _const(r.type.scalar, op.attrs["value"])
         self.loop(r.type.numel, lambda i: self.store_elem(r, i, c))
 
     def op_nmp_splat(self, op: Op) -> None:
+        if self.timing_only:
+            return
         r = op.result
         x = self.scalar(op.operands[0])
         self.loop(r.type.numel, lambda i: self.store_elem(r, i, x))
 
     def op_nmp_iota(self, op: Op) -> None:
+        if self.timing_only:
+            return
         r = op.result
         shape, axis, start = r.type.shape, op.attrs["axis"], op.attrs["start"]
         strides = _row_major(shape)
@@ -393,6 +425,8 @@ class KernelCodegen(LanguageCodegen):
         self.bufs[id(op.result)] = self.buffer(op.operands[0])
 
     def op_nmp_broadcast(self, op: Op) -> None:
+        if self.timing_only:
+            return
         src, r = op.operands[0], op.result
         out_shape = r.type.shape
         in_strides = tuple(0 if d == 1 else s for d, s in zip(src.type.shape, _row_major(src.type.shape)))
@@ -405,6 +439,8 @@ class KernelCodegen(LanguageCodegen):
         self.loop_nest(out_shape, body)
 
     def op_nmp_transpose(self, op: Op) -> None:
+        if self.timing_only:
+            return
         src, r = op.operands[0], op.result
         order = op.attrs["order"]
         in_strides = _row_major(src.type.shape)
@@ -426,7 +462,8 @@ class KernelCodegen(LanguageCodegen):
             args = [self.load_elem(o, i) for o in op.operands]
             self.store_elem(r, i, emit_elementwise(self.b, fn, op.attrs, args, tys, r.type))
 
-        self.loop(r.type.numel, body)
+        if not self.timing_only:
+            self.loop(r.type.numel, body)
         self.count("vec_elems", _i64(r.type.numel))
         self.trace(EV_VEC, [r.type.numel, 0, DTYPE_CODES.get(r.type.elem, 0)])
 
@@ -437,6 +474,10 @@ class KernelCodegen(LanguageCodegen):
         n = bm.type.shape[-1]
         if len(a.type.shape) != 2:
             raise NotImplementedError("batched tl.dot (3-D operands)")
+        if self.timing_only:
+            self.count("macs", _i64(m * n * k))
+            self.trace(EV_MATMUL, [m, n, k, DTYPE_CODES.get(a.type.elem, 0)])
+            return
         self.copy_tile(r, acc)
         is_int = r.type.is_int
         b = self.b
@@ -478,6 +519,13 @@ class KernelCodegen(LanguageCodegen):
         b = self.b
         results = op.results
         scalar_out = not results[0].type.is_tensor
+        if self.timing_only:
+            for res in results:
+                if not res.type.is_tensor:
+                    self.vals[id(res)] = _const(res.type, 0)
+            self.count("vec_elems", _i64(_prod(shape)))
+            self.trace(EV_VEC, [_prod(shape), 1, DTYPE_CODES.get(inputs[0].type.elem, 0)])
+            return
 
         def combine(accs, vals):
             for arg, v in zip(region.args, list(accs) + list(vals)):
@@ -793,6 +841,13 @@ class KernelCodegen(LanguageCodegen):
         row_stride = b.select(contiguous, outer_stride, strides[-1])
         self.trace(kind, [index, offset, rows, row_bytes, row_stride, flags])
 
+    def _prefetch_flag(self, op: Op):
+        """Multi-buffered loads: every iteration but the first was prefetched during the previous one."""
+        if op.attrs.get("stages", 1) > 1 and self.loops:
+            iv, lb = self.loops[-1]
+            return self.b.zext(self.b.icmp_signed("!=", iv, lb), I64)
+        return 0
+
     def op_nmp_dma_load(self, op: Op) -> None:
         b = self.b
         r = op.result
@@ -803,6 +858,15 @@ class KernelCodegen(LanguageCodegen):
         valid, ok, full = self._valid_box(shape, bounds, guard)
         is_scalar = not r.type.is_tensor
         tile = Value(r.name + "_spm", r.type) if is_scalar else r
+        if self.timing_only:
+            with b.if_then(ok):
+                self._check_range(op, root, offset, strides, valid, esize)
+                self.count("dma_loads", _i64(1))
+                self.count("dma_load_bytes", b.mul(_prod_values(b, valid), _i64(esize)))
+                self._trace_dma(EV_DMA_LOAD, root, offset, strides, valid, esize, self._prefetch_flag(op))
+            if is_scalar:
+                self.vals[id(r)] = _const(r.type, 0)
+            return
         with b.if_then(b.not_(full)):
             if other is None:
                 zero = ir.Constant(storage_type(r.type), 0)
@@ -817,12 +881,7 @@ class KernelCodegen(LanguageCodegen):
             self._box_copy(tile, self.arg_info[id(root)][1], offset, strides, valid, True)
             self.count("dma_loads", _i64(1))
             self.count("dma_load_bytes", b.mul(_prod_values(b, valid), _i64(esize)))
-            flags = 0
-            if op.attrs.get("stages", 1) > 1 and self.loops:
-                # Multi-buffered: every iteration but the first was prefetched during the previous one.
-                iv, lb = self.loops[-1]
-                flags = b.zext(b.icmp_signed("!=", iv, lb), I64)
-            self._trace_dma(EV_DMA_LOAD, root, offset, strides, valid, esize, flags)
+            self._trace_dma(EV_DMA_LOAD, root, offset, strides, valid, esize, self._prefetch_flag(op))
         if is_scalar:
             self.vals[id(r)] = self.load_elem(tile, _i64(0))
 
@@ -835,12 +894,14 @@ class KernelCodegen(LanguageCodegen):
         valid, ok, _full = self._valid_box(shape, bounds, guard)
         if not value.type.is_tensor:
             tile = Value(value.name + "_spm", value.type)
-            self.store_elem(tile, _i64(0), self.scalar(value))
+            if not self.timing_only:
+                self.store_elem(tile, _i64(0), self.scalar(value))
         else:
             tile = value
         with b.if_then(ok):
             self._check_range(op, root, offset, strides, valid, esize)
-            self._box_copy(tile, self.arg_info[id(root)][1], offset, strides, valid, False)
+            if not self.timing_only:
+                self._box_copy(tile, self.arg_info[id(root)][1], offset, strides, valid, False)
             self.count("dma_stores", _i64(1))
             self.count("dma_store_bytes", b.mul(_prod_values(b, valid), _i64(esize)))
             self._trace_dma(EV_DMA_STORE, root, offset, strides, valid, esize)

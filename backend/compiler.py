@@ -197,6 +197,8 @@ class NMPBackend(BaseBackend):
         result = generate_llvm(src.module, tm.triple, str(tm.target_data), src.plan)
         metadata["name"] = src.module.kernel.name
         metadata["nmp_entry"] = result.entry
+        metadata["nmp_timing_entry"] = result.timing_entry
+        metadata["nmp_timing_reason"] = result.timing_reason
         metadata["nmp_args"] = result.args
         metadata["nmp_sites"] = [s.__dict__ for s in result.sites]
         metadata["nmp_counters"] = list(result.counters)

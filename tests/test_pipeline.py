@@ -142,3 +142,39 @@ def test_kernel_dump_contains_every_stage(tmp_path):
     assert out.returncode == 0, out.stderr
     dumped = {p.suffix for p in (tmp_path / "dump").rglob("copy_kernel.*")}
     assert {".ttir", ".nmpir", ".llir", ".nmpbin"} <= dumped
+
+
+def test_timing_only_variant_reproduces_the_trace_without_computing():
+    from triton_nmp.simulator import loader, runtime
+
+    BM = BN = BK = 32
+    K = 128
+    a, b = torch.randn(BM, K), torch.randn(K, BN)
+    c = torch.empty(BM, BN)
+    seen = []
+
+    def listener(meta, grid, result):
+        seen.append(result)
+
+    runtime.add_launch_listener(listener)
+    try:
+        k = pk.dot_loop_kernel[(1,)](a, b, c, K, BM=BM, BN=BN, BK=BK)
+    finally:
+        runtime.remove_launch_listener(listener)
+    assert k.metadata.nmp_timing_entry == "nmp_grid_timing_dot_loop_kernel"
+    obj = loader.load_object(k.asm["nmpbin"])
+    fn = runtime.entry_function(obj.address(k.metadata.nmp_timing_entry))
+    out = torch.full((BM, BN), -1.0)
+    slots = runtime.make_slots([a.data_ptr(), a.numel() * 4, b.data_ptr(), b.numel() * 4,
+                                out.data_ptr(), out.numel() * 4, K])
+    r = runtime.run_grid(fn, slots, (1, 1, 1), runtime.KernelABI.from_metadata(k.metadata))
+    assert (r.trace == seen[-1].trace).all() and r.counters == seen[-1].counters
+    assert torch.all(out == -1.0)  # nothing computed, nothing stored
+
+
+def test_data_dependent_addresses_are_not_timing_only():
+    x = torch.randn(512)
+    y = torch.empty(512)
+    k = pk.modulo_gather_kernel[(2,)](x, y, 512, BLOCK=256)
+    assert k.metadata.nmp_timing_entry == ""
+    assert "gather" in k.metadata.nmp_timing_reason
