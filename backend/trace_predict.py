@@ -1,0 +1,368 @@
+"""Predict a launch's execution trace from nmpir without running it (the cost model's front half).
+
+The timing model charges time for a trace of DMA descriptors and compute ops. For kernels whose
+addresses and trip counts do not depend on loaded data, that trace is a function of the kernel's
+scalar code alone: this module interprets the scalar part of nmpir for every program at once, with
+numpy arrays as values (one lane per program), and emits the same records the compiled code would.
+Tile compute is never evaluated; a scalar that comes from loaded data is unknown, and if an unknown
+value steers control flow or an address the prediction gives up (`TracePrediction.exact` False).
+
+Cost: one numpy operation per scalar op per loop iteration, whatever the number of programs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .access import elem_bytes
+from .codegen import DTYPE_CODES, EV_DMA_LOAD, EV_DMA_STORE, EV_GATHER, EV_MATMUL, EV_SCATTER, EV_VEC
+from .ir import Func, Op, Value
+
+_MAX_ITERATIONS = 1 << 16
+
+
+class Unknown(Exception):
+    """A data-dependent value reached control flow or an address."""
+
+
+@dataclass
+class TracePrediction:
+    trace: np.ndarray  # (records, 8) int64, program order within each program
+    exact: bool
+    reason: str = ""
+
+
+def _wrap(x, elem: str):
+    bits = {"i1": 1, "i8": 8, "i16": 16, "i32": 32}.get(elem)
+    if bits is None or not isinstance(x, np.ndarray) and not isinstance(x, (int, np.integer)):
+        return x
+    if bits == 1:
+        return np.asarray(x) & 1
+    half = 1 << (bits - 1)
+    return ((np.asarray(x, dtype=np.int64) + half) % (1 << bits)) - half
+
+
+_CMP = {"eq": np.equal, "ne": np.not_equal, "slt": np.less, "sle": np.less_equal, "sgt": np.greater,
+        "sge": np.greater_equal, "ult": np.less, "ule": np.less_equal, "ugt": np.greater, "uge": np.greater_equal,
+        "olt": np.less, "ole": np.less_equal, "ogt": np.greater, "oge": np.greater_equal, "oeq": np.equal,
+        "one": np.not_equal, "ult_f": np.less}
+
+
+def _divsi(a, b):
+    b = np.where(b == 0, 1, b)
+    q = np.abs(a) // np.abs(b)
+    return np.where((a < 0) ^ (b < 0), -q, q)
+
+
+def _scalar_op(op: Op, args: list):
+    n = op.name
+    a = args[0] if args else None
+    b = args[1] if len(args) > 1 else None
+    elem = op.results[0].type.elem
+    if n == "arith.addi":
+        return _wrap(a + b, elem)
+    if n == "arith.subi":
+        return _wrap(a - b, elem)
+    if n == "arith.muli":
+        return _wrap(a * b, elem)
+    if n == "arith.divsi" or n == "arith.divui":
+        return _wrap(_divsi(a, b), elem)
+    if n == "arith.remsi" or n == "arith.remui":
+        return _wrap(a - _divsi(a, b) * np.where(b == 0, 1, b), elem)
+    if n == "arith.ceildivsi":
+        return _wrap(-((-a) // np.where(b == 0, 1, b)), elem)
+    if n == "arith.floordivsi":
+        return _wrap(a // np.where(b == 0, 1, b), elem)
+    if n in ("arith.minsi", "arith.minui"):
+        return np.minimum(a, b)
+    if n in ("arith.maxsi", "arith.maxui"):
+        return np.maximum(a, b)
+    if n == "arith.andi":
+        return a & b
+    if n == "arith.ori":
+        return a | b
+    if n == "arith.xori":
+        return a ^ b
+    if n == "arith.shli":
+        return _wrap(np.left_shift(a, b), elem)
+    if n in ("arith.shrsi", "arith.shrui"):
+        return np.right_shift(a, b)
+    if n in ("arith.cmpi", "arith.cmpf"):
+        return _CMP[op.attrs["pred"]](a, b).astype(np.int64)
+    if n == "arith.select":
+        return np.where(np.asarray(a) != 0, b, args[2])
+    if n in ("arith.extsi", "arith.extui", "arith.index_cast"):
+        return np.asarray(a, dtype=np.int64)
+    if n == "arith.trunci":
+        return _wrap(a, elem)
+    if n in ("arith.sitofp", "arith.uitofp"):
+        return np.asarray(a, dtype=np.float64)
+    if n in ("arith.fptosi", "arith.fptoui"):
+        return np.asarray(np.trunc(a), dtype=np.int64)
+    if n in ("arith.addf",):
+        return a + b
+    if n == "arith.subf":
+        return a - b
+    if n == "arith.mulf":
+        return a * b
+    if n == "arith.divf":
+        return a / np.where(b == 0, np.nan, b)
+    if n in ("arith.extf", "arith.truncf"):
+        return a
+    raise Unknown(f"scalar op {n}")
+
+
+class _Predictor:
+    def __init__(self, func: Func, scalars: dict[str, int | float], spans: dict[str, int],
+                 grid: tuple[int, int, int]):
+        self.func = func
+        gx, gy, gz = grid
+        n = gx * gy * gz
+        lin = np.arange(n, dtype=np.int64)
+        self.prog = lin
+        self.pids = (lin % gx, (lin // gx) % gy, lin // (gx * gy))
+        self.grid = grid
+        self.env: dict[int, object] = {}
+        self.unknown: set[int] = set()
+        self.records: list[tuple[int, np.ndarray, np.ndarray]] = []  # (seq, lanes, rows (k, 8))
+        self.seq = 0
+        self.arg_index: dict[int, int] = {}
+        self.spans = spans
+        for i, a in enumerate(func.args):
+            self.arg_index[id(a)] = i
+            if a.type.is_ptr:
+                self.env[id(a)] = 0
+            elif a.name in scalars:
+                self.env[id(a)] = scalars[a.name]
+            else:
+                self.unknown.add(id(a))
+        self.loops: list[tuple[np.ndarray, object]] = []
+
+    def val(self, v: Value):
+        if id(v) in self.unknown:
+            raise Unknown(f"%{v.name} depends on loaded data")
+        return self.env[id(v)]
+
+    def emit(self, mask: np.ndarray, kind: int, fields: list) -> None:
+        lanes = np.nonzero(mask)[0]
+        if lanes.size == 0:
+            return
+        rec = np.zeros((lanes.size, 8), dtype=np.int64)
+        rec[:, 0] = kind
+        rec[:, 1] = self.prog[lanes]
+        for k, f in enumerate(fields):
+            fv = np.asarray(f)
+            rec[:, 2 + k] = fv[lanes] if fv.ndim else fv
+        self.records.append((self.seq, lanes, rec))
+        self.seq += 1
+
+    def run(self) -> np.ndarray:
+        alive = np.ones(self.prog.size, dtype=bool)
+        self.block(self.func.body.ops, alive)
+        if not self.records:
+            return np.zeros((0, 8), dtype=np.int64)
+        recs = np.concatenate([r for _, _, r in self.records])
+        seqs = np.concatenate([np.full(r.shape[0], s) for s, _, r in self.records])
+        order = np.lexsort((seqs, recs[:, 1]))
+        return recs[order]
+
+    def block(self, ops: list[Op], mask: np.ndarray) -> np.ndarray:
+        """Run ops for the lanes in `mask`; returns the lanes still running (not returned)."""
+        for op in ops:
+            if not mask.any():
+                return mask
+            mask = self.op(op, mask)
+        return mask
+
+    def set(self, r: Value, v, mask: np.ndarray | None = None) -> None:
+        if mask is not None and id(r) in self.env:
+            old = self.env[id(r)]
+            v = np.where(mask, v, old)
+        self.env[id(r)] = v
+
+    def op(self, op: Op, mask: np.ndarray) -> np.ndarray:
+        n = op.name
+        if n == "nmp.return":
+            return np.zeros_like(mask)
+        if n == "arith.constant":
+            self.env[id(op.result)] = op.attrs["value"] if not isinstance(op.attrs["value"], bool) else \
+                int(op.attrs["value"])
+            return mask
+        if n == "nmp.program_id":
+            self.env[id(op.result)] = self.pids[op.attrs["axis"]]
+            return mask
+        if n == "nmp.num_programs":
+            self.env[id(op.result)] = self.grid[op.attrs["axis"]]
+            return mask
+        if n == "nmp.addptr":
+            p, off = self.val(op.operands[0]), self.val(op.operands[1])
+            self.env[id(op.result)] = p + np.asarray(off, dtype=np.int64) * op.attrs["elem_bytes"]
+            return mask
+        if n in ("nmp.dma_load", "nmp.dma_store"):
+            self.dma(op, mask)
+            return mask
+        if n in ("nmp.gather", "nmp.scatter"):
+            root = op.operands[0]
+            numel = (op.result.type if n == "nmp.gather" else op.operands[2].type).numel
+            t = op.result.type if n == "nmp.gather" else op.operands[2].type
+            self.emit(mask, EV_GATHER if n == "nmp.gather" else EV_SCATTER,
+                      [self.arg_index[id(root)], 0, numel, elem_bytes(t.elem) or 8, self.spans.get(root.name, 0)])
+            for r in op.results:
+                self.unknown.add(id(r))
+            return mask
+        if n == "nmp.vec":
+            r = op.result
+            self.emit(mask, EV_VEC, [r.type.numel, 0, DTYPE_CODES.get(r.type.elem, 0)])
+            return mask
+        if n == "nmp.reduce":
+            shape = op.operands[0].type.shape
+            self.emit(mask, EV_VEC, [int(np.prod(shape)), 1, DTYPE_CODES.get(op.operands[0].type.elem, 0)])
+            for r in op.results:
+                self.unknown.add(id(r))
+            return mask
+        if n == "nmp.matmul":
+            a, b = op.operands[0], op.operands[1]
+            m, k = a.type.shape[-2:]
+            self.emit(mask, EV_MATMUL, [m, b.type.shape[-1], k, DTYPE_CODES.get(a.type.elem, 0)])
+            return mask
+        if n in ("nmp.splat", "nmp.iota", "nmp.const", "nmp.broadcast", "nmp.transpose", "nmp.view"):
+            return mask
+        if n == "scf.for":
+            return self.for_loop(op, mask)
+        if n == "scf.if":
+            return self.if_op(op, mask)
+        if n in ("scf.yield", "nmp.yield", "scf.condition"):
+            return mask
+        if n == "scf.while":
+            raise Unknown("while loops")
+        if op.results and op.results[0].type.is_tensor:
+            return mask
+        if any(id(o) in self.unknown for o in op.operands):
+            for r in op.results:
+                self.unknown.add(id(r))
+            return mask
+        args = [self.val(o) for o in op.operands]
+        for r in op.results:
+            self.set(r, _scalar_op(op, args), mask)
+        return mask
+
+    def dma(self, op: Op, mask: np.ndarray) -> None:
+        rank = op.attrs["rank"]
+        ops = op.operands
+        root = ops[0]
+        offset = np.asarray(self.val(ops[1]), dtype=np.int64)
+        strides = [np.asarray(self.val(x), dtype=np.int64) for x in ops[2:2 + rank]]
+        bounds = [np.asarray(self.val(x), dtype=np.int64) for x in ops[2 + rank:2 + 2 * rank]]
+        ok = mask.copy()
+        if op.attrs.get("guarded"):
+            ok &= np.asarray(self.val(ops[2 + 2 * rank])) != 0
+        t = op.result.type if op.name == "nmp.dma_load" else ops[-1].type
+        shape = t.shape
+        esize = 8 if t.is_ptr else elem_bytes(t.elem)
+        valid = [np.clip(bd, 0, n) for bd, n in zip(bounds, shape)]
+        for v in valid:
+            ok = ok & (v > 0)
+        if rank == 0:
+            rows, row_bytes, row_stride = 1, esize, esize
+        else:
+            contiguous = strides[-1] == esize
+            outer = np.ones_like(offset) if rank == 1 else np.prod(np.stack(np.broadcast_arrays(*valid[:-1])), axis=0)
+            rows = np.where(contiguous, outer, outer * valid[-1])
+            row_bytes = np.where(contiguous, valid[-1] * esize, esize)
+            outer_stride = strides[-2] if rank >= 2 else np.zeros_like(offset)
+            row_stride = np.where(contiguous, outer_stride, strides[-1])
+        flags = 0
+        if op.name == "nmp.dma_load" and op.attrs.get("stages", 1) > 1 and self.loops:
+            iv, lb = self.loops[-1]
+            flags = (np.asarray(iv) != np.asarray(lb)).astype(np.int64)
+        if op.name == "nmp.dma_load" and not op.result.type.is_tensor:
+            self.unknown.add(id(op.result))
+        kind = EV_DMA_LOAD if op.name == "nmp.dma_load" else EV_DMA_STORE
+        n = self.prog.size
+        self.emit(ok, kind, [self.arg_index[id(root)], np.broadcast_to(offset, (n,)), np.broadcast_to(rows, (n,)),
+                             np.broadcast_to(row_bytes, (n,)), np.broadcast_to(row_stride, (n,)),
+                             np.broadcast_to(flags, (n,))])
+
+    def for_loop(self, op: Op, mask: np.ndarray) -> np.ndarray:
+        lb, ub, step = (np.broadcast_to(np.asarray(self.val(o), dtype=np.int64), mask.shape)
+                        for o in op.operands[:3])
+        body = op.regions[0].block
+        iv, bargs = body.args[0], body.args[1:]
+        for a, init in zip(bargs, op.operands[3:]):
+            if a.type.is_tensor:
+                continue
+            if id(init) in self.unknown:
+                self.unknown.add(id(a))
+            else:
+                self.env[id(a)] = np.broadcast_to(np.asarray(self.val(init)), mask.shape).copy()
+        cur = lb.copy()
+        running = mask.copy()
+        iterations = 0
+        yield_op = body.ops[-1]
+        while True:
+            active = running & (cur < ub)
+            if not active.any():
+                break
+            iterations += 1
+            if iterations > _MAX_ITERATIONS:
+                raise Unknown("loop too long to predict")
+            self.env[id(iv)] = cur
+            self.loops.append((cur, lb))
+            still = self.block(body.ops[:-1], active)
+            self.loops.pop()
+            running = running & ~(active & ~still)
+            for a, y in zip(bargs, yield_op.operands):
+                if a.type.is_tensor:
+                    continue
+                if id(y) in self.unknown:
+                    self.unknown.add(id(a))
+                    continue
+                self.env[id(a)] = np.where(active, self.val(y), self.env[id(a)])
+            cur = np.where(active, cur + step, cur)
+        for r, a in zip(op.results, bargs):
+            if a.type.is_tensor:
+                continue
+            if id(a) in self.unknown:
+                self.unknown.add(id(r))
+            else:
+                self.env[id(r)] = self.env[id(a)]
+        return running
+
+    def if_op(self, op: Op, mask: np.ndarray) -> np.ndarray:
+        cond = np.broadcast_to(np.asarray(self.val(op.operands[0])) != 0, mask.shape)
+        out = np.zeros_like(mask)
+        results = {}
+        for region, sel in zip(op.regions, (cond, ~cond)):
+            lanes = mask & sel
+            if not lanes.any():
+                continue
+            still = self.block(region.block.ops[:-1], lanes)
+            out |= still
+            y = region.block.ops[-1]
+            for r, v in zip(op.results, y.operands):
+                if r.type.is_tensor:
+                    continue
+                if id(v) in self.unknown:
+                    self.unknown.add(id(r))
+                    continue
+                prev = results.get(id(r), np.zeros(mask.shape, dtype=np.float64))
+                results[id(r)] = np.where(lanes, self.val(v), prev)
+        for r in op.results:
+            if id(r) in results and id(r) not in self.unknown:
+                self.env[id(r)] = results[id(r)]
+        return out
+
+
+def predict_trace(func: Func, scalars: dict[str, int | float], spans: dict[str, int],
+                  grid: tuple[int, int, int]) -> TracePrediction:
+    """The trace the compiled kernel would record for this launch, or exact=False when it depends on data."""
+    grid = tuple(int(g) for g in (list(grid) + [1, 1])[:3])
+    if min(grid) <= 0:
+        return TracePrediction(np.zeros((0, 8), dtype=np.int64), True)
+    try:
+        trace = _Predictor(func, scalars, spans, grid).run()
+    except Unknown as e:
+        return TracePrediction(np.zeros((0, 8), dtype=np.int64), False, str(e))
+    return TracePrediction(trace, True)
