@@ -152,6 +152,30 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     return 0
 
 
+# -------------------------------------------------------------------------------- calibrate
+
+
+def _args_calibrate(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--target", metavar="NAME_OR_TOML", default=None, help="target (default nmp-64)")
+    parser.add_argument("--per-case", type=int, default=10, help="configs simulated per suite case (default 10)")
+    parser.add_argument("--full", action="store_true", help="full-size shapes (slower) instead of quick ones")
+    parser.add_argument("--dry-run", action="store_true", help="fit and report without storing the coefficients")
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    """Fit the cost model's coefficients to simulated measurements for a target and store them."""
+    import triton_nmp
+    from triton_nmp.costmodel import Calibration
+    from triton_nmp.tuning_suite import run_calibration
+
+    triton_nmp.activate(args.target)
+    report = run_calibration(args.per_case, quick=not args.full, save=not args.dry_run)
+    print(report.table())
+    if not args.dry_run:
+        print(f"stored in {Calibration.path_for(triton_nmp.active_target())}")
+    return 0
+
+
 # ------------------------------------------------------------------------------ registration
 
 # name -> (command, argument declarer, one-line help). Add new subcommands here.
@@ -159,6 +183,7 @@ _SUBCOMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], Callable[[arg
     "info": (_cmd_info, _args_info, "show a target's parameters and roofline numbers"),
     "demo": (_cmd_demo, _args_demo, "compile and run the kernel suite on the simulator, check against torch"),
     "compile": (_cmd_compile, _args_compile, "compile one kernel and print or save its IR stages"),
+    "calibrate": (_cmd_calibrate, _args_calibrate, "fit the tuning cost model to the simulator for a target"),
 }
 
 

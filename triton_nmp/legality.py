@@ -18,6 +18,7 @@ from triton_nmp.target import TargetSpec, active_target
 
 _TTIR_CACHE: dict[tuple, str | Exception] = {}
 _VERDICTS: dict[tuple, Verdict] = {}
+_MODULES: dict[tuple, Any] = {}
 
 _DTYPES = {
     "torch.float32": "fp32", "torch.float16": "fp16", "torch.bfloat16": "bf16", "torch.float64": "fp64",
@@ -91,6 +92,12 @@ def check_config(kernel, args: dict[str, Any] | tuple | list, config: Any = None
     `args` maps parameter names to values (or lists them in order); the config supplies the remaining
     constexprs and options. Never raises for an illegal config: the reason is in the verdict.
     """
+    return lower_config(kernel, args, config, spec)[0]
+
+
+def lower_config(kernel, args: dict[str, Any] | tuple | list, config: Any = None,
+                 spec: TargetSpec | None = None) -> tuple[Verdict, Any, Any]:
+    """`check_config` plus, for legal configs, the nmpir module (multi-buffering marked) and options."""
     import triton
 
     from triton_nmp.backend.compiler import NMPBackend
@@ -120,7 +127,7 @@ def check_config(kernel, args: dict[str, Any] | tuple | list, config: Any = None
     key_sig = (kernel.cache_key, tuple(signature.items()), tuple(sorted((k, repr(v)) for k, v in constexprs.items())))
     vkey = key_sig + (tuple(sorted(options.items())), spec.hash())
     if vkey in _VERDICTS:
-        return _VERDICTS[vkey]
+        return _VERDICTS[vkey], *_MODULES.get(vkey, (None, None))
     target = triton.backends.compiler.GPUTarget("nmp", target_arch(spec), 1)
     backend = NMPBackend(target)
     try:
@@ -128,7 +135,7 @@ def check_config(kernel, args: dict[str, Any] | tuple | list, config: Any = None
     except NMPError as e:
         verdict = Verdict(False, str(e), 0, spec.spm_bytes, time.perf_counter() - t0)
         _VERDICTS[vkey] = verdict
-        return verdict
+        return verdict, None, None
     if key_sig not in _TTIR_CACHE:
         try:
             _TTIR_CACHE[key_sig] = _ttir(kernel, signature, constexprs, target, backend, opts)
@@ -152,10 +159,12 @@ def check_config(kernel, args: dict[str, Any] | tuple | list, config: Any = None
                 verdict = Verdict(False, reason, plan.peak_bytes, spec.spm_bytes, time.perf_counter() - t0)
             else:
                 verdict = Verdict(True, "fits", plan.peak_bytes, spec.spm_bytes, time.perf_counter() - t0)
+                _MODULES[vkey] = (nmp, opts)
     _VERDICTS[vkey] = verdict
-    return verdict
+    return verdict, *_MODULES.get(vkey, (None, None))
 
 
 def clear_cache() -> None:
     _TTIR_CACHE.clear()
     _VERDICTS.clear()
+    _MODULES.clear()
