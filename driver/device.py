@@ -1,37 +1,445 @@
-"""A torch.cuda-shaped device interface for the nmp device, so Triton's benchmarking code runs on CPU.
+"""The simulated nmp device: its clock, its queue of launches awaiting timing, and a torch.cuda-shaped
+interface so Triton's benchmarking code runs on it.
 
-`triton.testing.do_bench` only needs `synchronize()` and `Event(enable_timing=True)` with `record()`
-and `elapsed_time(other)` in milliseconds. Launches are synchronous (the simulator returns when the
-grid is done), so synchronize is a no-op and events are host timestamps. The stream helpers exist so
-code written against `torch.cuda` (stream contexts, default streams) does not trip over nmp.
+**Simulated clock.** Every launch advances a process-wide clock (seconds, monotonic) by the time the
+machine model says it takes (`simulator.timing.simulate_timing` on the launch's execution trace). The
+model costs far more than the native run of a small kernel, so it runs lazily: the launcher queues a
+`PendingLaunch` (trace, argument buffers and their placements, metadata) and the queue is resolved
+only when someone reads the clock (`SimClock.now()`, an `Event.record()`, a profiler) or when it grows
+past `MAX_PENDING_LAUNCHES` / `MAX_PENDING_TRACE_BYTES`; then each pending launch is timed, the clock
+advances, and its trace is dropped. The price of laziness: an error of the timing model (say, a store
+to a tensor placed "replicated") is raised by whatever resolves the queue, with a note naming the
+launch; the failing launch is dropped and the queue stays usable.
+
+**Timing memo.** Resolved timings are memoised by *timing key*: kernel hash, grid, scalar argument
+values, target, and per pointer its placement, its position inside the placed range and its size.
+Those and the trace are exactly the model's inputs (placements address banks relative to the placed
+range, so the host address itself does not matter: see `triton_nmp.placement`). A later executed
+launch with the same timing key *and an identical trace* reuses the memoised timing without running
+the model, which makes repeated launches cheap, also when outputs are freshly allocated each time.
+
+**Benchmark replay** (the launcher skips the native run). Triton's `do_bench` calls the driver's
+`clear_cache()` before each timed call. A launch is *replayed* - not executed, the clock advanced by
+the memoised time - only when all of these hold:
+
+1. it is the i-th launch since the most recent `clear_cache()`,
+2. the i-th launch after the `clear_cache()` before that was the identical launch (same compiled
+   kernel, grid, argument values and data_ptrs, placements, target), and so was every earlier launch
+   of the two segments (the benchmarked function repeats launch for launch),
+3. the memo has seen its timing key *executed* at least twice with identical traces (deterministic).
+
+So replay happens only inside benchmark loops; ordinary repeated launches always execute. Replayed
+launches do not reach the runtime's launch listeners and are not profiled individually (profiles
+count them in `Profile.replayed`); their outputs are whatever the last executed launch wrote.
+
+**Launches without a trace** (`TRITON_NMP_TRACE=0`, or kernels that record none) advance the clock by
+`CounterEstimate`, an optimistic estimate from the kernel's counters (all bytes local, work spread
+evenly over the PUs the grid can occupy, plus the launch overhead). The same estimate is used if the
+timing model is not installed.
+
+**Device interface.** `triton.testing.do_bench` only needs `synchronize()` and `Event(enable_timing=True)`
+with `record()` and `elapsed_time(other)` in milliseconds: events stamp the simulated clock, so
+`do_bench` called directly reports simulated milliseconds. The clock counts integer picoseconds, so
+the difference of two stamps is exact and identical launches time identically (all quantiles
+equal). Launches are synchronous, so synchronize is a no-op. The stream helpers exist so code
+written against `torch.cuda` does not trip over nmp.
 """
 
 from __future__ import annotations
 
 import contextlib
-import time
-from collections.abc import Iterator
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Event", "Stream", "NMPDeviceInterface", "device_interface"]
+__all__ = [
+    "Event",
+    "Stream",
+    "NMPDeviceInterface",
+    "device_interface",
+    "PendingLaunch",
+    "ResolvedLaunch",
+    "CounterEstimate",
+    "MemoEntry",
+    "ClockStats",
+    "SimClock",
+    "clock",
+    "estimate_from_counters",
+    "MAX_PENDING_LAUNCHES",
+    "MAX_PENDING_TRACE_BYTES",
+]
+
+MAX_PENDING_LAUNCHES = 256  # resolve the queue when it holds more launches than this ...
+MAX_PENDING_TRACE_BYTES = 64 << 20  # ... or more trace bytes than this
+MAX_MEMO_ENTRIES = 1024
+MAX_MEMO_TRACE_BYTES = 128 << 20
+MAX_SEGMENT = 256  # launches remembered per clear_cache segment; later ones are never replayed
+PS_PER_SECOND = 10**12
+
+
+def _to_ps(seconds: float) -> int:
+    return round(float(seconds) * PS_PER_SECOND)
+
+
+# ------------------------------------------------------------------------------------------------
+# Launch records
+
+
+@dataclass(slots=True)
+class PendingLaunch:
+    """An executed launch whose timing has not been computed yet (see the module docstring)."""
+
+    seq: int
+    kernel: str
+    key: Hashable
+    grid: tuple[int, int, int]
+    metadata: Any
+    spec: Any  # the TargetSpec active at launch time
+    mapping: str  # metadata.pu_mapping
+    buffers: tuple[tuple[str, int, int, Any] | None, ...]  # (name, data_ptr, nbytes, placement) per nmp arg
+    counters: dict[str, int]
+    host_seconds: float
+    trace: Any  # numpy int64 (n, 8) or None
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedLaunch:
+    """A launch with its timing, handed to clock subscribers (profilers) in launch order."""
+
+    launch: PendingLaunch  # its trace has been dropped
+    start_seconds: float  # simulated clock when the launch started
+    timing: Any  # simulator.timing.LaunchTiming, or CounterEstimate for trace-less launches
+    memo_hit: bool  # timing reused from an identical earlier launch
+
+
+@dataclass
+class CounterEstimate:
+    """Optimistic timing of a launch without an execution trace, from its counters alone.
+
+    Carries the LaunchTiming fields profilers read, so records look alike; `estimated` tells them apart.
+    """
+
+    cycles: int
+    seconds: float
+    bytes_local: int
+    bytes_remote: int
+    flops: int
+    dma_cycles: int
+    compute_cycles: int
+    roofline_seconds: float
+    estimated: bool = True
+
+    def chrome_events(self, name: str, t0_us: float) -> list[dict[str, Any]]:
+        """One span on an 'estimated' track: there is no per-PU schedule without a trace."""
+        return [
+            {"name": "process_name", "ph": "M", "pid": 1 << 20, "tid": 0, "args": {"name": "nmp (estimated)"}},
+            {
+                "name": name, "cat": "estimate", "ph": "X", "pid": 1 << 20, "tid": 0, "ts": t0_us,
+                "dur": self.seconds * 1e6, "args": {"cycles": self.cycles, "flops": self.flops},
+            },
+        ]
+
+
+def estimate_from_counters(counters: dict[str, int], grid: tuple[int, int, int], spec: Any) -> CounterEstimate:
+    """`CounterEstimate` from the compiler's counters (names in backend.codegen.COUNTERS).
+
+    Every DMA descriptor costs its setup, overlapped `dma_max_in_flight` deep; gather/scatter elements
+    count as one granule-sized descriptor each; bytes stream at the local bank rate; matmul MACs run
+    at the fp16 rate and vector elements on the vector lanes; DMA and compute overlap perfectly, and
+    all of it is spread evenly over min(programs, PUs). Unknown counters contribute nothing.
+    """
+    c = counters.get
+    programs = c("programs", grid[0] * grid[1] * grid[2]) or 1
+    pus = max(1, min(programs, spec.num_pus))
+    elems = c("gather_elems", 0) + c("scatter_elems", 0)
+    nbytes = c("dma_load_bytes", 0) + c("dma_store_bytes", 0) + elems * spec.dma_granule_bytes
+    descriptors = c("dma_loads", 0) + c("dma_stores", 0) + elems
+    macs, vec = c("macs", 0), c("vec_elems", 0)
+    dma = (descriptors * spec.dma_setup_cycles / spec.dma_max_in_flight + nbytes / spec.bank_bytes_per_cycle) / pus
+    compute = (macs / spec.peak_macs_per_cycle("fp16") + vec / spec.vector_fp32_lanes) / pus
+    overhead = spec.seconds_to_cycles(spec.launch_overhead_us * 1e-6)
+    cycles = int(round(max(dma, compute) + overhead))
+    flops = 2 * macs + vec
+    return CounterEstimate(
+        cycles=cycles,
+        seconds=spec.cycles_to_seconds(cycles),
+        bytes_local=nbytes,
+        bytes_remote=0,
+        flops=flops,
+        dma_cycles=int(round(dma)),
+        compute_cycles=int(round(compute)),
+        roofline_seconds=spec.roofline_seconds(flops, nbytes, 0.0),
+    )
+
+
+@dataclass(slots=True)
+class MemoEntry:
+    """The timing of one launch key; `runs` counts executions whose trace matched `trace`."""
+
+    spec: Any
+    trace: bytes | None  # the records' bytes (records are 8 int64 words, so the shape follows)
+    counters: dict[str, int]
+    timing: Any
+    ps: int  # the timing's seconds in picoseconds, as the clock advances
+    runs: int = 1
+
+
+@dataclass
+class ClockStats:
+    """Where launches went: counts for tests, benchmarks and the profiler's summary."""
+
+    executed: int = 0  # launches run natively and queued
+    replayed: int = 0  # launches skipped inside benchmark loops
+    simulated: int = 0  # timings computed by the model (or the counter estimate)
+    memo_hits: int = 0  # executed launches whose timing came from the memo
+    flushes: int = 0
+
+
+# ------------------------------------------------------------------------------------------------
+# The clock
+
+
+_timing_api: Any = None
+
+
+def _timing_module() -> Any:
+    """simulator.timing, or False when it is not installed (then launches are estimated)."""
+    global _timing_api
+    if _timing_api is None:
+        try:
+            from triton_nmp.simulator import timing
+        except ImportError:
+            _timing_api = False
+        else:
+            _timing_api = timing
+    return _timing_api
+
+
+def _trace_bytes(trace: Any) -> bytes | None:
+    """The trace's records as bytes: comparing bytes is ~10x cheaper than np.array_equal on small traces."""
+    return None if trace is None else trace.tobytes()
+
+
+def _nbytes(trace: Any) -> int:
+    return 0 if trace is None else int(trace.nbytes)
+
+
+class SimClock:
+    """The process-wide simulated device clock with its pending-launch queue and timing memo."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._now_ps = 0  # integer picoseconds: differences of stamps are exact, so repeats time alike
+        self._seq = 0
+        self._pending: list[PendingLaunch] = []
+        self._pending_bytes = 0
+        self._memo: OrderedDict[Hashable, MemoEntry] = OrderedDict()
+        self._memo_bytes = 0
+        self._subscribers: list[Callable[[ResolvedLaunch], None]] = []
+        # clear_cache segments (benchmark replay): keys launched since the last and the previous clear
+        self._prev_segment: list[Hashable] | None = None
+        self._segment: list[Hashable] = []
+        self._segment_matches = False
+        self.stats = ClockStats()
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def now(self) -> float:
+        """Simulated seconds since process start, after every launch so far has been timed."""
+        return self.now_ps() / PS_PER_SECOND
+
+    def now_ps(self) -> int:
+        """`now()` in integer picoseconds (what events stamp)."""
+        with self._lock:
+            if self._pending:
+                self._flush()
+            return self._now_ps
+
+    def flush(self) -> None:
+        """Time every pending launch now (notifying subscribers) and drop their traces."""
+        with self._lock:
+            if self._pending:
+                self._flush()
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    def subscribe(self, fn: Callable[[ResolvedLaunch], None]) -> None:
+        """Call `fn(resolved)` for every launch timed from now on, in launch order."""
+        with self._lock:
+            self.flush()  # launches queued before subscribing are not the subscriber's
+            self._subscribers.append(fn)
+
+    def unsubscribe(self, fn: Callable[[ResolvedLaunch], None]) -> None:
+        with self._lock:
+            try:
+                self.flush()
+            finally:
+                with contextlib.suppress(ValueError):
+                    self._subscribers.remove(fn)
+
+    # -- launches --------------------------------------------------------------------------------
+
+    def next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def submit(self, launch_key: Hashable, launch: PendingLaunch) -> None:
+        """Queue an executed launch (`launch.key` is its timing key); resolve the queue when it passes
+        its bounds."""
+        with self._lock:
+            self._note_launch(launch_key)
+            self.stats.executed += 1
+            self._pending.append(launch)
+            self._pending_bytes += _nbytes(launch.trace)
+            if len(self._pending) > MAX_PENDING_LAUNCHES or self._pending_bytes > MAX_PENDING_TRACE_BYTES:
+                self._flush()
+
+    def replay_entry(self, launch_key: Hashable, timing_key: Hashable, spec: Any) -> MemoEntry | None:
+        """The memo entry to replay for a launch, or None when it must execute.
+
+        See the module docstring for the three conditions; this is the launcher's hot path, so the
+        cheap segment test comes first and the queue is resolved only for a candidate.
+        """
+        prev = self._prev_segment
+        if prev is None or not self._segment_matches:
+            return None
+        i = len(self._segment)
+        if i >= len(prev) or prev[i] != launch_key:
+            return None
+        with self._lock:
+            if self._pending:
+                self._flush()
+            entry = self._memo.get(timing_key)
+            if entry is None or entry.runs < 2 or entry.spec is not spec:
+                return None
+            return entry
+
+    def replay(self, launch_key: Hashable, entry: MemoEntry) -> None:
+        """Account a replayed launch: advance the clock by its memoised time."""
+        with self._lock:
+            self._note_launch(launch_key)
+            self.stats.replayed += 1
+            self._now_ps += entry.ps
+
+    def note_clear_cache(self) -> None:
+        """A benchmark loop's cache flush: start a new replay segment (see the module docstring)."""
+        with self._lock:
+            self._prev_segment = self._segment
+            self._segment = []
+            self._segment_matches = True
+
+    def _note_launch(self, key: Hashable) -> None:
+        seg = self._segment
+        i = len(seg)
+        if i >= MAX_SEGMENT:
+            self._segment_matches = False
+            return
+        if self._segment_matches:
+            prev = self._prev_segment
+            if prev is None or i >= len(prev) or prev[i] != key:
+                self._segment_matches = False
+        seg.append(key)
+
+    # -- resolution ------------------------------------------------------------------------------
+
+    def _flush(self) -> None:
+        pending, self._pending, self._pending_bytes = self._pending, [], 0
+        self.stats.flushes += 1
+        for k, launch in enumerate(pending):
+            try:
+                timing, hit = self._time(launch)
+            except BaseException as exc:
+                # Keep the clock usable: the launches after the failing one are still queued.
+                rest = pending[k + 1 :]
+                self._pending = rest + self._pending
+                self._pending_bytes = sum(_nbytes(p.trace) for p in self._pending)
+                exc.add_note(f"while computing the simulated time of kernel '{launch.kernel}' (grid {launch.grid})")
+                raise
+            start = self._now_ps
+            self._now_ps = start + _to_ps(timing.seconds)
+            launch.trace = None
+            if self._subscribers:
+                resolved = ResolvedLaunch(launch, start / PS_PER_SECOND, timing, hit)
+                for fn in tuple(self._subscribers):
+                    fn(resolved)
+
+    def _time(self, launch: PendingLaunch) -> tuple[Any, bool]:
+        """Timing of one launch: from the memo when key and trace match, else from the model."""
+        key, trace = launch.key, _trace_bytes(launch.trace)
+        entry = self._memo.get(key)
+        if (
+            entry is not None
+            and entry.spec is launch.spec
+            and entry.trace == trace
+            and (trace is not None or entry.counters == launch.counters)
+        ):
+            entry.runs += 1
+            self._memo.move_to_end(key)
+            self.stats.memo_hits += 1
+            return entry.timing, True
+        timing = self._simulate(launch)
+        self.stats.simulated += 1
+        if entry is not None:
+            self._memo_bytes -= len(entry.trace or b"")
+        self._memo[key] = MemoEntry(launch.spec, trace, dict(launch.counters), timing, _to_ps(timing.seconds))
+        self._memo.move_to_end(key)
+        self._memo_bytes += len(trace or b"")
+        while len(self._memo) > MAX_MEMO_ENTRIES or (self._memo_bytes > MAX_MEMO_TRACE_BYTES and len(self._memo) > 1):
+            _, old = self._memo.popitem(last=False)
+            self._memo_bytes -= len(old.trace or b"")
+        return timing, False
+
+    @staticmethod
+    def _simulate(launch: PendingLaunch) -> Any:
+        timing = _timing_module()
+        if launch.trace is None or not timing:
+            return estimate_from_counters(launch.counters, launch.grid, launch.spec)
+        ArgBuffer = timing.ArgBuffer
+        # Null or empty buffers carry no placement: the model treats None as interleaved from byte 0.
+        args = [None if b is None or b[3] is None else ArgBuffer(*b) for b in launch.buffers]
+        return timing.simulate_timing(
+            launch.trace, launch.grid, args, launch.spec, mapping=launch.mapping, kernel=f"kernel '{launch.kernel}'"
+        )
+
+    def clear_memo(self) -> None:
+        """Forget memoised timings (e.g. after the timing model changed); the clock keeps its time."""
+        with self._lock:
+            if self._pending:
+                self._flush()
+            self._memo.clear()
+            self._memo_bytes = 0
+            self._prev_segment = None
+            self._segment = []
+            self._segment_matches = False
+
+
+clock = SimClock()
+
+
+# ------------------------------------------------------------------------------------------------
+# torch.cuda-shaped interface
 
 
 class Event:
-    """A host-clock event; `elapsed_time` is in milliseconds like torch.cuda.Event."""
+    """An event on the simulated clock; `elapsed_time` is in simulated milliseconds like torch.cuda.Event."""
 
     __slots__ = ("enable_timing", "_t")
 
     def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
         self.enable_timing = enable_timing
-        self._t: float | None = None
+        self._t: int | None = None  # simulated picoseconds
 
     def record(self, stream: Any = None) -> None:
-        self._t = time.perf_counter()
+        self._t = clock.now_ps()
 
     def elapsed_time(self, end_event: Event) -> float:
         if self._t is None or end_event._t is None:
             raise RuntimeError("both events must be recorded before elapsed_time() is called")
-        return (end_event._t - self._t) * 1e3
+        return (end_event._t - self._t) / 1e9
 
     def query(self) -> bool:
         return True
@@ -92,7 +500,7 @@ class NMPDeviceInterface:
 
     @staticmethod
     def synchronize(device: Any = None) -> None:
-        pass  # launches return only when the whole grid has run
+        pass  # launches return only when the whole grid has run; timing is resolved when read
 
     @staticmethod
     def current_stream(device: Any = None) -> Stream:
@@ -123,6 +531,11 @@ class NMPDeviceInterface:
         from triton_nmp.target import active_target
 
         return f"nmp ({active_target().name})"
+
+    @staticmethod
+    def simulated_time() -> float:
+        """The simulated clock in seconds (nmp extension)."""
+        return clock.now()
 
 
 device_interface = NMPDeviceInterface()

@@ -1,0 +1,304 @@
+"""Profiling nmp launches: what the simulated machine did for each kernel launch.
+
+    with triton_nmp.profile() as prof:
+        kernel[grid](...)
+    print(prof.summary())
+    prof.save_trace("trace.json")     # chrome://tracing or ui.perfetto.dev: one track per PU
+    prof.roofline_plot("roofline.png")
+
+Records come from the simulated device clock (`driver.device.clock`): every launch executed inside
+the context is timed by the machine model and recorded in launch order. Launches replayed inside a
+benchmark loop (see `driver.device`) are not executed, so they are only counted (`Profile.replayed`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import triton  # noqa: F401  (first: importing Triton imports the nmp driver; the reverse order is a cycle)
+
+from triton_nmp.driver.device import ResolvedLaunch, clock
+
+__all__ = ["LaunchRecord", "Profile", "profile"]
+
+LAUNCH_PID = 1_000_000  # Chrome trace process of the per-launch spans, apart from the timing model's PU tracks
+
+
+def _meta(metadata: Any, key: str, default: Any) -> Any:
+    if isinstance(metadata, dict):
+        return metadata.get(key, default)
+    return getattr(metadata, key, default)
+
+
+@dataclass
+class LaunchRecord:
+    """One kernel launch as the simulated machine ran it."""
+
+    kernel: str
+    grid: tuple[int, int, int]
+    cycles: int
+    sim_seconds: float
+    bytes_local: int
+    bytes_remote: int
+    flops: int
+    spm_peak_bytes: int
+    roofline_seconds: float
+    host_seconds: float  # wall time of the native run on the host (not simulated)
+    counters: dict[str, int]
+    timing: Any  # simulator.timing.LaunchTiming (or driver.device.CounterEstimate without a trace)
+    sim_start_seconds: float = 0.0  # simulated clock at the start of the launch
+    memo_hit: bool = False  # timing reused from an identical earlier launch
+    estimated: bool = False  # no execution trace: timing estimated from counters
+    spec: Any = field(default=None, repr=False)
+
+    @property
+    def bytes_total(self) -> int:
+        return self.bytes_local + self.bytes_remote
+
+    @property
+    def arithmetic_intensity(self) -> float:
+        """FLOP per byte moved between banks and scratchpads."""
+        return self.flops / self.bytes_total if self.bytes_total else float("inf")
+
+    @property
+    def flops_per_second(self) -> float:
+        return self.flops / self.sim_seconds if self.sim_seconds > 0 else 0.0
+
+    @property
+    def bytes_per_second(self) -> float:
+        return self.bytes_total / self.sim_seconds if self.sim_seconds > 0 else 0.0
+
+    @property
+    def roofline_fraction(self) -> float:
+        """roofline bound / simulated time: 1.0 means the launch ran at the machine's limit."""
+        return self.roofline_seconds / self.sim_seconds if self.sim_seconds > 0 else 0.0
+
+    @classmethod
+    def from_resolved(cls, r: ResolvedLaunch) -> LaunchRecord:
+        launch, t = r.launch, r.timing
+        spm = _meta(launch.metadata, "nmp_spm_bytes", None)
+        if spm is None:
+            spm = _meta(launch.metadata, "shared", 0) or 0
+        return cls(
+            kernel=launch.kernel,
+            grid=launch.grid,
+            cycles=int(round(t.cycles)),
+            sim_seconds=float(t.seconds),
+            bytes_local=int(round(t.bytes_local)),
+            bytes_remote=int(round(t.bytes_remote)),
+            flops=int(round(t.flops)),
+            spm_peak_bytes=int(spm),
+            roofline_seconds=float(t.roofline_seconds),
+            host_seconds=launch.host_seconds,
+            counters=dict(launch.counters),
+            timing=t,
+            sim_start_seconds=r.start_seconds,
+            memo_hit=r.memo_hit,
+            estimated=bool(getattr(t, "estimated", False)),
+            spec=launch.spec,
+        )
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def _fmt_time(s: float) -> str:
+    if s >= 1e-3:
+        return f"{s * 1e3:.3f} ms"
+    return f"{s * 1e6:.2f} us"
+
+
+@dataclass
+class Profile:
+    """The launches recorded by one `profile()` context."""
+
+    launches: list[LaunchRecord] = field(default_factory=list)
+    replayed: int = 0  # launches replayed inside benchmark loops (not executed, not recorded)
+    start_seconds: float = 0.0  # simulated clock when the context was entered
+    end_seconds: float = 0.0  # ... and left
+
+    def _on_launch(self, r: ResolvedLaunch) -> None:
+        self.launches.append(LaunchRecord.from_resolved(r))
+
+    @property
+    def sim_seconds(self) -> float:
+        """Simulated time of the recorded launches (replays excluded)."""
+        return sum(rec.sim_seconds for rec in self.launches)
+
+    # -- Chrome / Perfetto trace ---------------------------------------------------------------------
+
+    def trace_events(self) -> list[dict[str, Any]]:
+        """Chrome trace events: the timing model's per-PU DMA/compute spans for every launch, launches
+        laid out back to back from t=0 (replayed launches leave no gap), plus one span per launch on a
+        'launches' track carrying the record's numbers."""
+        events: list[dict[str, Any]] = [
+            {"name": "process_name", "ph": "M", "pid": LAUNCH_PID, "tid": 0, "args": {"name": "nmp launches"}},
+            {"name": "thread_name", "ph": "M", "pid": LAUNCH_PID, "tid": 0, "args": {"name": "launches"}},
+        ]
+        seen_meta: set[str] = set()
+        t_us = 0.0
+        for i, rec in enumerate(self.launches):
+            for ev in rec.timing.chrome_events(rec.kernel, t_us):
+                if ev.get("ph") == "M":  # every launch repeats the track names: keep one of each
+                    sig = json.dumps(ev, sort_keys=True, default=str)
+                    if sig in seen_meta:
+                        continue
+                    seen_meta.add(sig)
+                events.append(ev)
+            events.append(
+                {
+                    "name": rec.kernel, "cat": "launch", "ph": "X", "pid": LAUNCH_PID, "tid": 0,
+                    "ts": t_us, "dur": rec.sim_seconds * 1e6,
+                    "args": {
+                        "launch": i, "grid": list(rec.grid), "cycles": rec.cycles,
+                        "bytes_local": rec.bytes_local, "bytes_remote": rec.bytes_remote, "flops": rec.flops,
+                        "spm_peak_bytes": rec.spm_peak_bytes, "roofline_fraction": round(rec.roofline_fraction, 4),
+                        "estimated": rec.estimated,
+                    },
+                }
+            )
+            t_us += rec.sim_seconds * 1e6
+        return events
+
+    def save_trace(self, path: str | os.PathLike[str]) -> None:
+        """Write a Chrome/Perfetto JSON trace (open it in ui.perfetto.dev or chrome://tracing)."""
+        doc = {
+            "traceEvents": self.trace_events(),
+            "displayTimeUnit": "ns",
+            "otherData": {"clock": "simulated nmp device time", "replayed_launches": self.replayed},
+        }
+        with open(path, "w") as f:
+            json.dump(doc, f, default=_json_default)
+
+    # -- table ---------------------------------------------------------------------------------------
+
+    def summary(self) -> str:
+        """A printable table: one row per launch and a total."""
+        head = ("kernel", "grid", "sim time", "% roofline", "GB/s", "GFLOP/s", "local", "remote", "SPM peak")
+        rows = []
+        for rec in self.launches:
+            name = rec.kernel + (" (est.)" if rec.estimated else "")
+            rows.append(
+                (
+                    name,
+                    "x".join(str(g) for g in rec.grid),
+                    _fmt_time(rec.sim_seconds),
+                    f"{100 * rec.roofline_fraction:.1f}%",
+                    f"{rec.bytes_per_second / 1e9:.2f}",
+                    f"{rec.flops_per_second / 1e9:.2f}",
+                    _fmt_bytes(rec.bytes_local),
+                    _fmt_bytes(rec.bytes_remote),
+                    _fmt_bytes(rec.spm_peak_bytes),
+                )
+            )
+        total_s = self.sim_seconds
+        total_roof = sum(r.roofline_seconds for r in self.launches)
+        total_b = sum(r.bytes_total for r in self.launches)
+        total_f = sum(r.flops for r in self.launches)
+        rows.append(
+            (
+                f"total ({len(self.launches)} launches)",
+                "",
+                _fmt_time(total_s),
+                f"{100 * total_roof / total_s:.1f}%" if total_s else "-",
+                f"{total_b / total_s / 1e9:.2f}" if total_s else "-",
+                f"{total_f / total_s / 1e9:.2f}" if total_s else "-",
+                _fmt_bytes(sum(r.bytes_local for r in self.launches)),
+                _fmt_bytes(sum(r.bytes_remote for r in self.launches)),
+                _fmt_bytes(max((r.spm_peak_bytes for r in self.launches), default=0)),
+            )
+        )
+        widths = [max(len(head[c]), *(len(r[c]) for r in rows)) for c in range(len(head))]
+
+        def line(cells: tuple[str, ...]) -> str:
+            return "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
+        out = [line(head), line(tuple("-" * w for w in widths))]
+        out += [line(r) for r in rows[:-1]]
+        out += [line(tuple("-" * w for w in widths)), line(rows[-1])]
+        if self.replayed:
+            out.append(f"({self.replayed} launches replayed inside benchmark loops are not listed)")
+        return "\n".join(out)
+
+    def __str__(self) -> str:
+        return self.summary()
+
+    # -- roofline ------------------------------------------------------------------------------------
+
+    def roofline_plot(self, path: str | os.PathLike[str], dtype: str = "fp16") -> None:
+        """Write a PNG roofline: achieved FLOP/s against arithmetic intensity, one point per launch,
+        under the machine's compute peak (matrix unit in `dtype`, and the fp32 vector unit) and its
+        local-bank and remote (NoC) bandwidth roofs. Launches without flops cannot sit on a log axis
+        and are listed in the title instead."""
+        from matplotlib.backends.backend_agg import FigureCanvasAgg  # lazily: matplotlib is optional
+        from matplotlib.figure import Figure
+
+        from triton_nmp.target import active_target
+
+        spec = next((r.spec for r in self.launches if r.spec is not None), None) or active_target()
+        peak = spec.peak_flops(dtype)
+        vec_peak = spec.vector_fp32_lanes * spec.num_pus * spec.clock_hz
+        bw_local, bw_remote = spec.local_bytes_per_second, spec.remote_bytes_per_second
+        pts = [r for r in self.launches if r.flops > 0 and r.bytes_total > 0 and r.sim_seconds > 0]
+        skipped = len(self.launches) - len(pts)
+
+        ai = [r.arithmetic_intensity for r in pts]
+        ridge_remote = peak / bw_remote
+        lo = min([*ai, 1.0 / 16]) / 4
+        hi = max([*ai, ridge_remote]) * 4
+        xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
+
+        fig = Figure(figsize=(8, 5.5))
+        FigureCanvasAgg(fig)
+        ax = fig.add_subplot(1, 1, 1)
+        ax.loglog(xs, [min(peak, x * bw_local) for x in xs], color="tab:blue", lw=2,
+                  label=f"local bank roof ({bw_local / 1e9:.0f} GB/s, ridge {peak / bw_local:.0f} FLOP/B)")
+        ax.loglog(xs, [min(peak, x * bw_remote) for x in xs], color="tab:red", lw=2, ls="--",
+                  label=f"remote roof ({bw_remote / 1e9:.0f} GB/s, ridge {ridge_remote:.0f} FLOP/B)")
+        ax.axhline(vec_peak, color="tab:gray", lw=1, ls=":", label=f"vector fp32 peak ({vec_peak / 1e9:.0f} GFLOP/s)")
+        ax.axhline(peak, color="black", lw=0.8, ls=":", label=f"matrix {dtype} peak ({peak / 1e12:.1f} TFLOP/s)")
+        for r, x in zip(pts, ai):
+            ax.plot([x], [r.flops_per_second], "o", color="tab:green")
+            ax.annotate(r.kernel, (x, r.flops_per_second), textcoords="offset points", xytext=(5, 5), fontsize=8)
+        ax.set_xlabel("arithmetic intensity (FLOP / byte moved)")
+        ax.set_ylabel("achieved FLOP/s (simulated)")
+        title = f"roofline on {spec.name}"
+        if skipped:
+            title += f" ({skipped} launches without flops not shown)"
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(loc="lower right", fontsize=8)
+        fig.tight_layout()
+        fig.savefig(os.fspath(path), format="png", dpi=100)
+
+
+def _json_default(o: Any) -> Any:
+    """numpy scalars and arrays in trace event args."""
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    return str(o)
+
+
+@contextlib.contextmanager
+def profile() -> Iterator[Profile]:
+    """Record every nmp launch executed inside the context (see the module docstring)."""
+    prof = Profile()
+    replayed0 = clock.stats.replayed
+    clock.subscribe(prof._on_launch)
+    prof.start_seconds = clock.now()
+    try:
+        yield prof
+    finally:
+        clock.unsubscribe(prof._on_launch)
+        prof.replayed = clock.stats.replayed - replayed0
+        prof.end_seconds = clock.now()
