@@ -15,12 +15,18 @@ from .errors import (
     NMPRuntimeError,
     NMPTargetError,
 )
+from .placement import place, placement_signature
 from .target import TargetSpec, active_target, set_active_target
 
 __version__ = "0.1.0"
 
 __all__ = [
     "activate",
+    "place",
+    "placement_signature",
+    "profile",
+    "prune_configs_by",
+    "autotune",
     "TargetSpec",
     "active_target",
     "NMPError",
@@ -51,3 +57,20 @@ def activate(target: str | TargetSpec | None = None):
     drv = NMPDriver()
     triton.runtime.driver.set_active(drv)
     return drv
+
+
+_LAZY = {
+    "profile": ("triton_nmp.profiler", "profile"),
+    "Profile": ("triton_nmp.profiler", "Profile"),
+    "LaunchRecord": ("triton_nmp.profiler", "LaunchRecord"),
+}
+
+
+def __getattr__(name: str):
+    """Heavier parts (they import triton) load on first use, so `import triton_nmp` stays light."""
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(module), attr)
+    raise AttributeError(f"module 'triton_nmp' has no attribute '{name}'")
