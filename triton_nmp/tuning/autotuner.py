@@ -1,0 +1,311 @@
+"""`triton_nmp.autotune`: Triton's autotuner with legality pruning, the cost model, placement-aware
+keys and the persistent cache.
+
+`NMPAutotuner` subclasses `triton.runtime.autotuner.Autotuner` and keeps its behaviour (hooks,
+`reset_to_zero`, `restore_value`, `cache_results`, listener, `TRITON_PRINT_AUTOTUNING`), adding:
+
+- the tuning key is extended with the bank placement of every tensor argument: Triton's in-memory
+  cache is kept per placement signature, so a tensor placed differently re-tunes;
+- on an in-memory miss the persistent cache (`cache.TuningCache`) is consulted and a hit selects the
+  config with no compilation or simulation; a real miss tunes through Triton's own `run` and stores
+  every candidate (predicted and measured) with the winner;
+- predictions are made for every legal config (not only when pruning is needed), so the stored
+  (predicted, simulated) pairs can recalibrate the model;
+- a config the nmp compiler refuses while benchmarking times as inf, like Triton's OutOfResources;
+- a tqdm progress bar on stderr when more than `PROGRESS_MIN_CONFIGS` configs are measured.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import triton
+from triton import knobs
+from triton.runtime.autotuner import Autotuner
+from triton.runtime.errors import AutotunerError
+
+from triton_nmp.errors import NMPCompilationError
+
+from .cache import Candidate, Entry, EntryKey, TuningCache
+from .configs import config_identity, config_record, jsonable, space_hash
+from .context import kernel_meta, resolve_grid, unwrap_jit, user_stacklevel
+from .perfmodel import PerfModel, prune_configs_by
+from .prune import PrunedConfig, prune_illegal, prune_with_reasons
+
+try:  # imported here, not per launch: the launcher needs it anyway, and lookups must stay fast
+    from triton_nmp.placement import placement_signature
+except ImportError:  # placement not available yet: keys carry no placement
+    placement_signature = None
+
+__all__ = ["NMPAutotuner", "Lookup", "autotune", "PROGRESS_MIN_CONFIGS"]
+
+PROGRESS_MIN_CONFIGS = 4  # a bar for more than this many measured configs
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """How the last launch found its config: "memory", "disk" (persistent cache) or "tuned";
+    `seconds` is the host time the lookup took (before the launch itself)."""
+
+    source: str
+    seconds: float
+    entry_id: str | None = None
+
+
+def _placement_signature(named: dict[str, Any]) -> dict[str, Any]:
+    """{tensor argument name: placement signature}; empty while placement is unavailable."""
+    tensors = {k: v for k, v in named.items() if hasattr(v, "data_ptr") and hasattr(v, "dtype")}
+    if not tensors or placement_signature is None:
+        return {}
+    return dict(zip(tensors, (jsonable(s) for s in placement_signature(*tensors.values()))))
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, dict):
+        return tuple((k, _freeze(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+def _arg_summary(named: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in named.items():
+        if hasattr(v, "data_ptr") and hasattr(v, "shape"):
+            out[k] = {"shape": list(v.shape), "stride": list(v.stride()), "dtype": str(v.dtype)}
+        else:
+            out[k] = jsonable(v)
+    return out
+
+
+def _median_seconds(timing: Any) -> float | None:
+    """Triton's timings are [median, p20, p80] in ms (or a float from a custom do_bench)."""
+    ms = timing[0] if isinstance(timing, (list, tuple)) else timing
+    try:
+        ms = float(ms)
+    except (TypeError, ValueError):
+        return None
+    return ms / 1e3 if math.isfinite(ms) else None
+
+
+def _resolve_cache(cache: Any) -> TuningCache | None:
+    if cache is True:
+        return TuningCache()
+    if cache is False or cache is None:
+        return None
+    if isinstance(cache, TuningCache):
+        return cache
+    if isinstance(cache, (str, os.PathLike)):
+        return TuningCache(cache)
+    raise TypeError(f"cache must be a bool, a directory or a TuningCache, not {type(cache).__name__}")
+
+
+class NMPAutotuner(Autotuner):
+    """Triton's Autotuner plus the persistent cache and placement-aware keys (module docstring)."""
+
+    def __init__(self, fn: Any, arg_names: list[str], configs: list[triton.Config], key: list[str],
+                 reset_to_zero: list[str] | None = None, restore_value: list[str] | None = None, *,
+                 cache: Any = True, progress: bool | None = None, **kwargs: Any) -> None:
+        super().__init__(fn, arg_names, configs, key, reset_to_zero, restore_value, **kwargs)
+        self.tuning_cache = _resolve_cache(cache)
+        self.progress = progress
+        self.last_lookup: Lookup | None = None
+        self._caches: dict[Any, dict] = {}
+        self._space: tuple[tuple[int, int], str, dict] | None = None
+        self._predictions: dict[triton.Config, float] = {}
+        self._pruned: list[PrunedConfig] = []
+        self._bench_errors: dict[triton.Config, str] = {}
+        self._to_bench = 0
+        self._bar: Any = None
+
+    # -------------------------------------------------------------------------------- keys
+
+    def _memory_key(self, args: tuple, kwargs: dict) -> tuple:
+        """The key Triton's `run` computes: tuning-key values, then the dtype of every argument."""
+        named = {k: v for k, v in {**dict(zip(self.arg_names, args)), **kwargs}.items() if k in self.arg_names}
+        key = [named[k] for k in self.keys if k in named]
+        key += [str(v.dtype) for v in named.values() if hasattr(v, "dtype")]
+        return tuple(key)
+
+    def _space_info(self) -> tuple[str, dict[str, triton.Config]]:
+        """(hash of the config list, {identity: config}); recomputed only if `configs` is replaced."""
+        stamp = (id(self.configs), len(self.configs))
+        if self._space is None or self._space[0] != stamp:
+            self._space = (stamp, space_hash(self.configs), {config_identity(c): c for c in self.configs})
+        return self._space[1], self._space[2]
+
+    def entry_key(self, named: dict[str, Any], placements: dict[str, Any]) -> EntryKey:
+        """The persistent-cache key of a launch with arguments `named` (see `cache.EntryKey`)."""
+        import triton_nmp
+        from triton_nmp.target import active_target
+
+        jit = unwrap_jit(self.fn)
+        spec = active_target()
+        return EntryKey(
+            kernel=jit.__name__, source_hash=jit.cache_key,
+            key={k: jsonable(named[k]) for k in self.keys if k in named},
+            dtypes={k: str(v.dtype) for k, v in named.items() if hasattr(v, "dtype")},
+            target=spec.name, target_hash=spec.hash(), placements=placements, space=self._space_info()[0],
+            version=triton_nmp.__version__,
+        )
+
+    # -------------------------------------------------------------------------------- run
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        if len(self.configs) <= 1:
+            return super().run(*args, **kwargs)
+        t0 = time.perf_counter()
+        named = {k: v for k, v in {**dict(zip(self.arg_names, args)), **kwargs}.items() if k in self.arg_names}
+        placements = _placement_signature(named)
+        self.cache = self._caches.setdefault(_freeze(placements), {})
+        mkey = self._memory_key(args, kwargs)
+        ekey: EntryKey | None = None
+        source = "memory"
+        if mkey not in self.cache:
+            source = "tuned"
+            if self.tuning_cache is not None:
+                ekey = self.entry_key(named, placements)
+                config = self._from_disk(ekey, mkey)
+                if config is not None:
+                    source = "disk"
+        self.last_lookup = Lookup(source, time.perf_counter() - t0, ekey.digest() if ekey else None)
+        if source != "tuned":
+            return super().run(*args, **kwargs)
+        self.configs_timings = None
+        self._predictions, self._pruned, self._bench_errors, self._to_bench = {}, [], {}, 0
+        try:
+            ret = super().run(*args, **kwargs)
+        finally:
+            if self._bar is not None:
+                self._bar.close()
+                self._bar = None
+        if ekey is not None and mkey in self.cache:
+            self._store(ekey, named, args, kwargs, self.cache[mkey])
+        return ret
+
+    def _from_disk(self, ekey: EntryKey, mkey: tuple) -> triton.Config | None:
+        entry = self.tuning_cache.lookup(ekey) if self.tuning_cache is not None else None
+        if entry is None:
+            return None
+        live = self._space_info()[1]
+        config = live.get(config_identity(entry.best.config))
+        if config is None:
+            return None
+        self.cache[mkey] = config
+        self.configs_timings = {live[i]: [c.simulated_seconds * 1e3] * 3 for c in entry.candidates
+                                if c.simulated and c.simulated_seconds is not None
+                                and (i := config_identity(c.config)) in live}
+        if knobs.autotuning.listener is not None:
+            knobs.autotuning.listener(fn=unwrap_jit(self.fn), key=mkey, best_config=config,
+                                      configs_timings=self.configs_timings, duration=None, cache_hit=True)
+        return config
+
+    def _store(self, ekey: EntryKey, named: dict, args: tuple, kwargs: dict, winner: triton.Config) -> None:
+        timings = self.configs_timings or {}
+        nargs = dict(zip(self.arg_names, args))
+        order = [c for c in self.configs if c in self._predictions or c in timings or c == winner]
+        candidates = []
+        for c in order:
+            try:
+                grid = list(resolve_grid(kwargs.get("grid"), kernel_meta(self.fn, nargs, kwargs, c)))
+            except Exception:  # a grid function that fails for a config it never launches
+                grid = None
+            candidates.append(Candidate(config_record(c), c in timings,
+                                        _median_seconds(timings[c]) if c in timings else None,
+                                        self._predictions.get(c), grid, self._bench_errors.get(c)))
+        entry = Entry(ekey, candidates, order.index(winner),
+                      [{"config": config_record(p.config), "reason": p.reason} for p in self._pruned],
+                      _arg_summary(named), time.time(), getattr(self, "bench_time", None) if timings else None)
+        try:
+            self.tuning_cache.store(entry)
+        except OSError as exc:
+            warnings.warn(f"could not write the tuning cache ({exc}); the result is kept in memory only",
+                          stacklevel=user_stacklevel())
+
+    # ----------------------------------------------------------------------- pruning, benchmarking
+
+    def prune_configs(self, kwargs: dict) -> list[triton.Config]:
+        configs = self.configs
+        if self.early_config_prune is prune_illegal:
+            configs, self._pruned = prune_with_reasons(self.fn, self.configs, self.nargs, kwargs)
+        elif self.early_config_prune:
+            configs = self.early_config_prune(self.configs, self.nargs, **kwargs)
+            if not configs:
+                raise AutotunerError("No valid autotuner configs after pruning. "
+                                     "`early_config_prune` should return at least one config.")
+        if self.perf_model and len(configs) > 1:
+            top_k = self.configs_top_k
+            if isinstance(top_k, float) and top_k <= 1.0:
+                top_k = max(1, int(len(configs) * top_k))
+            elif not isinstance(top_k, int):
+                raise TypeError("Error while pruning configs, top_k must be either 1) a float <= 1.0 or 2) an int")
+            if isinstance(self.perf_model, PerfModel):
+                # ours predicts every legal config, even when all are measured: the stored
+                # (predicted, simulated) pairs are what recalibrates the model
+                predicted = {c: self.perf_model.predict(self.fn, self.nargs, kwargs, c) for c in configs}
+            elif len(configs) > top_k:  # a user's model is called exactly when Triton would call it
+                predicted = {c: self.perf_model(**self.nargs, **kwargs, **c.all_kwargs()) for c in configs}
+            else:
+                predicted = {}
+            self._predictions = predicted
+            if len(configs) > top_k:
+                if not any(math.isfinite(t) for t in predicted.values()):
+                    warnings.warn(f"no config of '{unwrap_jit(self.fn).__name__}' could be predicted: "
+                                  f"measuring all {len(configs)}", stacklevel=user_stacklevel())
+                else:
+                    configs = sorted(configs, key=lambda c: predicted[c])[:top_k]
+        self._to_bench = len(configs)
+        return configs
+
+    def _bench(self, *args: Any, config: triton.Config, **meta: Any) -> Any:
+        bar = self._progress_bar()
+        try:
+            return super()._bench(*args, config=config, **meta)
+        except NMPCompilationError as exc:  # nmp's OutOfResources: this config cannot run
+            self._bench_errors[config] = str(exc).splitlines()[0][:500]
+            if knobs.autotuning.print:
+                print(f"Autotuning failed with {exc}")
+            return [math.inf, math.inf, math.inf]
+        finally:
+            if bar is not None:
+                bar.update(1)
+
+    def _progress_bar(self) -> Any:
+        if self._bar is not None:
+            return self._bar
+        show = self.progress if self.progress is not None else self._to_bench > PROGRESS_MIN_CONFIGS
+        if not show or self._to_bench == 0:
+            return None
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            return None
+        self._bar = tqdm(total=self._to_bench, desc=f"tuning {unwrap_jit(self.fn).__name__}", unit="config",
+                         file=sys.stderr, leave=False, dynamic_ncols=True)
+        return self._bar
+
+
+def autotune(configs: list[triton.Config], key: list[str], *, top_k: int | float = 0.1, cache: Any = True,
+             progress: bool | None = None, model: Any = None, **triton_autotune_kwargs: Any):
+    """Like `triton.autotune`, with `prune_configs_by=prune_configs_by(top_k, model)` (override it
+    by passing your own) and the persistent tuning cache.
+
+    `cache`: True (default directory, see `cache.default_cache_dir`), False, a directory or a
+    `TuningCache`. `progress`: None shows a bar when more than a handful of configs are measured,
+    True always, False never. Other keyword arguments go to Triton's Autotuner unchanged.
+    """
+    pruning = triton_autotune_kwargs.pop("prune_configs_by", None)
+    if pruning is None:
+        pruning = prune_configs_by(top_k, model)
+
+    def decorator(fn: Any) -> NMPAutotuner:
+        return NMPAutotuner(fn, fn.arg_names, configs, key, cache=cache, progress=progress,
+                            prune_configs_by=pruning, **triton_autotune_kwargs)
+
+    return decorator
