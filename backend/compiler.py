@@ -26,7 +26,7 @@ from . import llvm_target
 from .codegen import generate_llvm
 from .lower_nmpir import lower_to_nmpir
 from .nmpir import print_module
-from .scratchpad import ScratchpadPlan, check_budget, mark_multibuffered_loads, plan_scratchpad
+from .scratchpad import ScratchpadPlan, legalize_scratchpad, mark_multibuffered_loads
 from .ttir_import import import_ttir
 
 VERSION = "0.1.0"
@@ -185,8 +185,7 @@ class NMPBackend(BaseBackend):
         nmp = lower_to_nmpir(module)
         mark_multibuffered_loads(nmp.kernel, options.num_stages)
         spec = active_target()
-        plan = plan_scratchpad(nmp.kernel, align=max(spec.dma_alignment_bytes, 64))
-        check_budget(plan, spec.spm_bytes, nmp.kernel.name, spec.name)
+        plan = legalize_scratchpad(nmp, spec)
         metadata["shared"] = plan.peak_bytes
         metadata["nmp_spm_bytes"] = plan.peak_bytes
         return NMPIR(nmp, plan)

@@ -11,6 +11,7 @@ are live at the peak, instead of failing at run time ("ub overflow").
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
 from triton_nmp.errors import NMPCompilationError
@@ -321,3 +322,30 @@ def mark_multibuffered_loads(func: Func, num_stages: int) -> int:
             inner.attrs["stages"] = num_stages
             marked += 1
     return marked
+
+
+def legalize_scratchpad(module, spec) -> ScratchpadPlan:
+    """Plan the scratchpad; if the kernel does not fit, strip-mine it where that is exact, else refuse.
+
+    Strip-mining halves the chunk until the plan fits the budget (see `stripmine`)."""
+    from .nmpir import verify
+    from .stripmine import strip_mine
+
+    func = module.kernel
+    align = max(spec.dma_alignment_bytes, 64)
+    plan = plan_scratchpad(func, align)
+    if plan.peak_bytes > spec.spm_bytes:
+        n = next((v.type.shape[0] for op in func.walk() for v in op.results if v.type.is_tensor), 0)
+        chunk = n // 2
+        while chunk >= 64:
+            trial = copy.deepcopy(module)
+            if not strip_mine(trial.kernel, chunk):
+                break
+            trial_plan = plan_scratchpad(trial.kernel, align)
+            if trial_plan.peak_bytes <= spec.spm_bytes:
+                verify(trial, "strip-mining")
+                module.funcs[:] = trial.funcs
+                return trial_plan
+            chunk //= 2
+    check_budget(plan, spec.spm_bytes, func.name, spec.name)
+    return plan

@@ -24,11 +24,20 @@ def test_plan_reuses_dead_buffers_and_reports_peak():
 
 def test_kernel_over_the_budget_is_refused_at_compile_time_with_live_buffers():
     n = 1 << 17
-    x, y, out = torch.randn(n), torch.randn(n), torch.empty(n)
-    with pytest.raises(NMPCompilationError, match=r"(?s)scratchpad overflow: the kernel needs 1048576 bytes.*"
-                       r"has 262144 bytes.*%x_\d+: tile<131072xf32> 524288 B .*pipeline_kernels\.py:.*"
+    x, out = torch.randn(n), torch.empty(1)
+    with pytest.raises(NMPCompilationError, match=r"(?s)scratchpad overflow: the kernel needs 524288 bytes.*"
+                       r"has 262144 bytes.*%x_?\d*: tile<131072xf32> 524288 B .*pipeline_kernels\.py:.*"
                        r"Use smaller BLOCK_\* sizes or fewer num_stages"):
-        pk.big_add_kernel[(1,)](x, y, out, n, BLOCK=1 << 17)
+        pk.big_sum_kernel[(1,)](x, out, n, BLOCK=1 << 17)
+
+
+def test_oversized_elementwise_kernel_is_strip_mined_to_fit():
+    n = (1 << 17) + 123  # two programs, a tail in the second
+    x, y, out = torch.randn(n), torch.randn(n), torch.empty(n)
+    k = pk.big_add_kernel[(2,)](x, y, out, n, BLOCK=1 << 17)
+    assert torch.equal(out, x + y)
+    assert k.metadata.shared <= 262144
+    assert "strip_mined = 32768" in k.asm["nmpir"]
 
 
 @pytest.mark.parametrize("stages", [1, 2, 3])
@@ -54,9 +63,11 @@ def test_legality_query_prunes_oversized_configs_fast():
     t0 = time.perf_counter()
     small = check_config(pk.big_add_kernel, args, triton.Config({"BLOCK": 1024}))
     cold = time.perf_counter() - t0
-    big = check_config(pk.big_add_kernel, args, {"BLOCK": 1 << 17})
+    big = check_config(pk.big_sum_kernel, dict(x_ptr=x, out_ptr=out, n=n), {"BLOCK": 1 << 17})
+    mined = check_config(pk.big_add_kernel, args, {"BLOCK": 1 << 17})
     assert small.legal and small.spm_peak_bytes == 8192
-    assert not big.legal and "scratchpad overflow: needs 1048576 bytes" in big.reason
+    assert not big.legal and "scratchpad overflow: needs 524288 bytes" in big.reason
+    assert mined.legal and mined.spm_peak_bytes == 262144  # made to fit by strip-mining
     assert cold < 2.0
     warm = []
     for stages in (1, 2, 3):  # same TTIR: only lowering and planning run

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from triton_nmp.errors import NMPError
+from triton_nmp.errors import NMPCompilationError, NMPError
 from triton_nmp.target import TargetSpec, active_target
 
 _TTIR_CACHE: dict[tuple, str | Exception] = {}
@@ -102,7 +102,7 @@ def lower_config(kernel, args: dict[str, Any] | tuple | list, config: Any = None
 
     from triton_nmp.backend.compiler import NMPBackend
     from triton_nmp.backend.lower_nmpir import lower_to_nmpir
-    from triton_nmp.backend.scratchpad import mark_multibuffered_loads, plan_scratchpad
+    from triton_nmp.backend.scratchpad import legalize_scratchpad, mark_multibuffered_loads, plan_scratchpad
     from triton_nmp.backend.ttir_import import import_ttir
     from triton_nmp.driver.driver import target_arch
 
@@ -149,7 +149,12 @@ def lower_config(kernel, args: dict[str, Any] | tuple | list, config: Any = None
         try:
             nmp = lower_to_nmpir(import_ttir(ttir))
             mark_multibuffered_loads(nmp.kernel, opts.num_stages)
-            plan = plan_scratchpad(nmp.kernel, align=max(spec.dma_alignment_bytes, 64))
+            try:
+                plan = legalize_scratchpad(nmp, spec)  # strip-mines what can be made to fit
+            except NMPCompilationError as e:
+                if "scratchpad overflow" not in str(e):
+                    raise
+                plan = plan_scratchpad(nmp.kernel, align=max(spec.dma_alignment_bytes, 64))
         except NMPError as e:
             verdict = Verdict(False, f"does not compile for nmp: {e}", 0, spec.spm_bytes, time.perf_counter() - t0)
         else:
