@@ -90,20 +90,20 @@ def test_entry_whose_id_does_not_match_its_key_is_foreign(tmp_path):
 def test_corrupt_file_during_autotune_warns_retunes_and_rewrites(tmp_path):
     import torch
 
-    from tests.test_tuning import CountingBench, _space, fake_model, grid, tuned_add
+    from tests.test_tuning import CountingBench, _space, check, fake_model, grid, tuned_shift
 
     n = 4096
     x, y, out = torch.randn(n), torch.randn(n), torch.empty(n)
     cache_dir = tmp_path / "c"
     autotune(_space(), key=["n"], top_k=2, model=fake_model, cache=cache_dir, do_bench=CountingBench())(
-        tuned_add)[grid](x, y, out, n)
+        tuned_shift)[grid](x, y, out, n)
     (path,) = cache_dir.glob("*/*.json")
     path.write_text('{"format": "triton-nmp-tuning-cache", "schema": 1, "candid')  # a torn write from elsewhere
     bench = CountingBench()
-    kernel = autotune(_space(), key=["n"], top_k=2, model=fake_model, cache=cache_dir, do_bench=bench)(tuned_add)
+    kernel = autotune(_space(), key=["n"], top_k=2, model=fake_model, cache=cache_dir, do_bench=bench)(tuned_shift)
     with pytest.warns(TuningCacheWarning):
         kernel[grid](x, y, out, n)
-    torch.testing.assert_close(out, x + y)
+    check(out, x, y, kernel)
     assert kernel.last_lookup.source == "tuned" and bench.calls == 2
     assert Entry.from_json(json.loads(path.read_text())).best.config["kwargs"]["BLOCK"] == 4096
 
