@@ -27,6 +27,10 @@ __all__ = [
     "profile",
     "prune_configs_by",
     "autotune",
+    "config_space",
+    "last_pruned",
+    "export_table",
+    "check_config",
     "TargetSpec",
     "active_target",
     "NMPError",
@@ -63,6 +67,14 @@ _LAZY = {
     "profile": ("triton_nmp.profiler", "profile"),
     "Profile": ("triton_nmp.profiler", "Profile"),
     "LaunchRecord": ("triton_nmp.profiler", "LaunchRecord"),
+    "autotune": ("triton_nmp.tuning", "autotune"),
+    "prune_configs_by": ("triton_nmp.tuning", "prune_configs_by"),
+    "config_space": ("triton_nmp.tuning", "config_space"),
+    "last_pruned": ("triton_nmp.tuning", "last_pruned"),
+    "export_table": ("triton_nmp.tuning", "export_table"),
+    "prune_illegal": ("triton_nmp.tuning", "prune_illegal"),
+    "TuningCache": ("triton_nmp.tuning", "TuningCache"),
+    "check_config": ("triton_nmp.legality", "check_config"),
 }
 
 

@@ -176,6 +176,21 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------------------ cache
+
+
+def _args_cache(parser: argparse.ArgumentParser) -> None:
+    from triton_nmp.tuning_cli import args_cache
+
+    args_cache(parser)
+
+
+def _cmd_cache(args: argparse.Namespace) -> int:
+    from triton_nmp.tuning_cli import cmd_cache
+
+    return cmd_cache(args)
+
+
 # ------------------------------------------------------------------------------ registration
 
 # name -> (command, argument declarer, one-line help). Add new subcommands here.
@@ -184,6 +199,7 @@ _SUBCOMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], Callable[[arg
     "demo": (_cmd_demo, _args_demo, "compile and run the kernel suite on the simulator, check against torch"),
     "compile": (_cmd_compile, _args_compile, "compile one kernel and print or save its IR stages"),
     "calibrate": (_cmd_calibrate, _args_calibrate, "fit the tuning cost model to the simulator for a target"),
+    "cache": (_cmd_cache, _args_cache, "list, show, clear or export the persistent tuning cache"),
 }
 
 

@@ -143,8 +143,9 @@ def lower_config(kernel, args: dict[str, Any] | tuple | list, config: Any = None
             _TTIR_CACHE[key_sig] = e
     ttir = _TTIR_CACHE[key_sig]
     if isinstance(ttir, Exception):
-        verdict = Verdict(False, f"does not compile: {ttir}".splitlines()[0], 0, spec.spm_bytes,
-                          time.perf_counter() - t0)
+        lines = [ln.strip() for ln in str(ttir).splitlines() if ln.strip()]
+        verdict = Verdict(False, f"does not compile: {lines[-1] if lines else type(ttir).__name__}", 0,
+                          spec.spm_bytes, time.perf_counter() - t0)
     else:
         try:
             nmp = lower_to_nmpir(import_ttir(ttir))
