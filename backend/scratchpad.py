@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
-from triton_nmp.errors import NMPCompilationError
+from triton_nmp.errors import NMPScratchpadOverflowError
 
 from .codegen_scalar import storage_type
 from .ir import Block, Func, Loc, Op, Value
@@ -279,11 +279,11 @@ def check_budget(plan: ScratchpadPlan, budget: int, kernel: str, target: str) ->
         return
     live = sorted(plan.live_at_peak, key=lambda b: -b.size)
     lines = "\n".join("    " + b.describe() for b in live)
-    raise NMPCompilationError(
+    raise NMPScratchpadOverflowError(
         f"scratchpad overflow: the kernel needs {plan.peak_bytes} bytes of scratchpad per program but target "
         f"'{target}' has {budget} bytes. Tiles live at the peak ({sum(b.size for b in live)} bytes):\n{lines}\n"
         f"Use smaller BLOCK_* sizes or fewer num_stages",
-        kernel=kernel,
+        required=plan.peak_bytes, limit=budget, kernel=kernel,
     )
 
 

@@ -162,6 +162,15 @@ class NMPDriver(DriverBase):
     def get_device_interface(self) -> NMPDeviceInterface:
         return device_interface
 
+    def get_autotune_hooks(self) -> Any:
+        """Backend autotuning hooks (used by Triton with upstream_patches/triton applied);
+        TRITON_NMP_AUTOTUNE_HOOKS=0 turns them off."""
+        if os.environ.get("TRITON_NMP_AUTOTUNE_HOOKS", "1") == "0":
+            return None
+        from .autotune_hooks import hooks
+
+        return hooks
+
     def map_python_to_cpp_type(self, ty: str) -> str:
         if ty.startswith("*"):
             return "void*"

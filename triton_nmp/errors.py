@@ -28,7 +28,7 @@ class NMPCompilationError(NMPError):
         text = head + message
         if hint:
             text += f" ({hint})"
-        super().__init__(text)
+        Exception.__init__(self, text)  # not super(): subclasses may also derive from Triton's errors
 
 
 class NMPRuntimeError(NMPError, RuntimeError):
@@ -49,3 +49,38 @@ class NMPLaunchError(NMPRuntimeError, TypeError):
 
 class NMPTargetError(NMPError, ValueError):
     """A target description (preset or TOML file) is malformed."""
+
+
+def _out_of_resources_base() -> type:
+    try:
+        from triton.runtime.errors import OutOfResources
+
+        return OutOfResources
+    except ImportError:  # pragma: no cover - triton is a dependency
+        return Exception
+
+
+class NMPScratchpadOverflowError(NMPCompilationError, _out_of_resources_base()):
+    """A kernel's tiles do not fit the scratchpad. Also a Triton `OutOfResources`, so Triton's own
+    autotuner skips such a config (as it does on GPUs) instead of failing the whole tuning run."""
+
+    def __init__(self, message: str, *, required: int, limit: int, kernel: str = ""):
+        NMPCompilationError.__init__(self, message, kernel=kernel)
+        self.required = required
+        self.limit = limit
+        self.name = "scratchpad"
+        self._text = Exception.__str__(self)
+
+    def __str__(self) -> str:
+        return self._text
+
+    def __reduce__(self):
+        return (_rebuild_overflow, (self._text, self.required, self.limit))
+
+
+def _rebuild_overflow(text: str, required: int, limit: int) -> NMPScratchpadOverflowError:
+    err = NMPScratchpadOverflowError.__new__(NMPScratchpadOverflowError)
+    Exception.__init__(err, text)
+    err.kernel = err.loc = err.op = err.hint = ""
+    err.required, err.limit, err.name, err._text = required, limit, "scratchpad", text
+    return err

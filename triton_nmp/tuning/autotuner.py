@@ -106,6 +106,10 @@ def _resolve_cache(cache: Any) -> TuningCache | None:
     raise TypeError(f"cache must be a bool, a directory or a TuningCache, not {type(cache).__name__}")
 
 
+# Patched Triton (upstream_patches/triton/0002) appends the backend's part to the in-memory key itself.
+_BACKEND_KEY_HOOK = hasattr(Autotuner, "_use_driver_cache")
+
+
 class NMPAutotuner(Autotuner):
     """Triton's Autotuner plus the persistent cache and placement-aware keys (module docstring)."""
 
@@ -131,6 +135,14 @@ class NMPAutotuner(Autotuner):
         named = {k: v for k, v in {**dict(zip(self.arg_names, args)), **kwargs}.items() if k in self.arg_names}
         key = [named[k] for k in self.keys if k in named]
         key += [str(v.dtype) for v in named.values() if hasattr(v, "dtype")]
+        if _BACKEND_KEY_HOOK:  # Triton with upstream_patches/triton/0002: the backend extends the key too
+            from triton.runtime.driver import driver
+
+            get_hooks = getattr(driver.active, "get_autotune_hooks", None)
+            hooks = get_hooks() if get_hooks is not None else None
+            extra = getattr(hooks, "tuning_key_extra", None)
+            if extra is not None:
+                key.extend(extra(self, named))
         return tuple(key)
 
     def _space_info(self) -> tuple[str, dict[str, triton.Config]]:
@@ -266,7 +278,11 @@ class NMPAutotuner(Autotuner):
     def _bench(self, *args: Any, config: triton.Config, **meta: Any) -> Any:
         bar = self._progress_bar()
         try:
-            return super()._bench(*args, config=config, **meta)
+            result = super()._bench(*args, config=config, **meta)
+            if all(math.isinf(r) for r in result) and config not in self._bench_errors:
+                # Triton's autotuner swallowed an OutOfResources (e.g. scratchpad overflow): keep the reason.
+                self._bench_errors[config] = self._refusal_reason(config, meta)
+            return result
         except NMPCompilationError as exc:  # nmp's OutOfResources: this config cannot run
             self._bench_errors[config] = str(exc).splitlines()[0][:500]
             if knobs.autotuning.print:
@@ -275,6 +291,15 @@ class NMPAutotuner(Autotuner):
         finally:
             if bar is not None:
                 bar.update(1)
+
+    def _refusal_reason(self, config: triton.Config, meta: dict) -> str:
+        from triton_nmp.legality import check_config
+
+        try:
+            args = {k: v for k, v in {**(self.nargs or {}), **meta}.items() if k not in ("grid", "warmup")}
+            return check_config(unwrap_jit(self.fn), args, config).reason[:500]
+        except Exception as exc:  # the reason is diagnostic only; never fail tuning over it
+            return f"out of resources ({type(exc).__name__})"
 
     def _progress_bar(self) -> Any:
         if self._bar is not None:
