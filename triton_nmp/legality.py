@@ -98,7 +98,7 @@ def check_config(kernel, args: dict[str, Any] | tuple | list, config: Any = None
 def lower_config(kernel, args: dict[str, Any] | tuple | list, config: Any = None,
                  spec: TargetSpec | None = None) -> tuple[Verdict, Any, Any]:
     """`check_config` plus, for legal configs, the nmpir module (multi-buffering marked) and options."""
-    import triton
+    from triton.backends.compiler import GPUTarget
 
     from triton_nmp.backend.compiler import NMPBackend
     from triton_nmp.backend.lower_nmpir import lower_to_nmpir
@@ -128,7 +128,7 @@ def lower_config(kernel, args: dict[str, Any] | tuple | list, config: Any = None
     vkey = key_sig + (tuple(sorted(options.items())), spec.hash())
     if vkey in _VERDICTS:
         return _VERDICTS[vkey], *_MODULES.get(vkey, (None, None))
-    target = triton.backends.compiler.GPUTarget("nmp", target_arch(spec), 1)
+    target = GPUTarget("nmp", target_arch(spec), 1)
     backend = NMPBackend(target)
     try:
         opts = backend.parse_options(dict(options))

@@ -186,9 +186,12 @@ def simulate(case: TuningCase, config: triton.Config, spec: TargetSpec | None = 
     spec = spec or active_target()
     kw = dict(config.kwargs)
     mapping = kw.pop("pu_mapping", "round_robin")
-    key = (case.name, tuple(sorted(kw.items())), config.num_stages, spec.hash())
+    from triton_nmp.placement import placement_signature
+
+    args = case.args()
+    tensors = [v for v in args.values() if hasattr(v, "data_ptr")]
+    key = (case.name, tuple(sorted(kw.items())), config.num_stages, spec.hash(), placement_signature(*tensors))
     if key not in _RUNS:
-        args = case.args()
         meta = {**args, **kw}
         grid = case.grid(meta)
         k = case.kernel.warmup(**args, **kw, num_stages=config.num_stages, grid=grid)
