@@ -82,3 +82,22 @@ def test_legality_query_reports_frontend_errors_as_illegal():
     x = torch.empty(64)
     v = check_config(pk.big_add_kernel, dict(x_ptr=x, y_ptr=x, out_ptr=x, n=64), {"BLOCK": 48})
     assert not v.legal and "does not compile" in v.reason
+
+
+def test_misaligned_and_odd_sized_dma_is_correct_and_charged_whole_granules():
+    import triton_nmp
+
+    base = triton_nmp.place(torch.randn(4096 + 64, dtype=torch.float16), "interleaved")  # views inherit it
+    n = 4001  # odd size, not a multiple of the 32-byte granule
+    results = {}
+    for name, src in (("aligned", base[:n]), ("misaligned", base[1:n + 1])):  # 2-byte offset: misaligned
+        out = torch.empty(n, dtype=torch.float16)
+        with triton_nmp.profile() as prof:
+            pk.copy_kernel[(triton.cdiv(n, 512),)](src, out, n, BLOCK=512)
+        assert torch.equal(out, src)
+        results[name] = prof.launches[-1].timing
+    aligned, misaligned = results["aligned"], results["misaligned"]
+    useful = 2 * n * 2  # bytes read + written
+    assert aligned.bytes_local + aligned.bytes_remote == useful
+    assert misaligned.bytes_moved > aligned.bytes_moved >= useful  # whole granules from aligned addresses
+    assert misaligned.cycles >= aligned.cycles
