@@ -16,6 +16,7 @@ moved. Counters of DMA traffic and compute work are accumulated in ctx for the t
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from llvmlite import ir
@@ -111,6 +112,8 @@ class KernelCodegen(LanguageCodegen):
         args_meta = self._emit_variant("", timing_only=False)
         spm_bytes = self.spm_bytes
         eligible, why = timing_only_eligible(f)
+        if os.environ.get("TRITON_NMP_TIMING_VARIANT", "1") == "0":
+            eligible, why = False, "disabled by TRITON_NMP_TIMING_VARIANT=0"
         timing_entry = ""
         if eligible:
             self.vals, self.bufs, self.arg_info = {}, {}, {}
@@ -245,32 +248,113 @@ class KernelCodegen(LanguageCodegen):
         b.store(b.add(b.load(p), amount), p)
 
     def trace(self, kind: int, fields: list) -> None:
-        """Append one record [kind, program, *fields] to the execution trace (grown with realloc)."""
-        b = self.b
-        with b.if_then(self.trace_on):
-            lenp = b.gep(self.ctx, [_i64(CTX_TRACE_LEN)])
-            capp = b.gep(self.ctx, [_i64(CTX_TRACE_CAP)])
-            ptrp = b.gep(self.ctx, [_i64(CTX_TRACE_PTR)])
-            n = b.load(lenp)
-            with b.if_then(b.icmp_signed(">=", n, b.load(capp)), likely=False):
-                cap = b.load(capp)
-                newcap = b.select(b.icmp_signed("<", cap, _i64(4096)), _i64(4096), b.mul(cap, _i64(2)))
-                i8p = I8.as_pointer()
-                realloc = self.module.globals.get("realloc") or ir.Function(
-                    self.module, ir.FunctionType(i8p, [i8p, I64]), "realloc")
-                old = b.inttoptr(b.load(ptrp), i8p)
-                new = b.call(realloc, [old, b.mul(newcap, _i64(TRACE_WORDS * 8))])
-                newi = b.ptrtoint(new, I64)
-                self.fail_if(b.icmp_signed("==", newi, _i64(0)), STATUS_NO_MEMORY, 0, 0, _i64(0), _i64(0))
-                b.store(newi, ptrp)
-                b.store(newcap, capp)
-            base = b.inttoptr(b.load(ptrp), I64.as_pointer())
-            rec = b.gep(base, [b.mul(n, _i64(TRACE_WORDS))])
-            words = [_i64(kind), self.program] + [(_i64(x) if isinstance(x, int) else x) for x in fields]
-            words += [_i64(0)] * (TRACE_WORDS - len(words))
-            for k, w in enumerate(words):
-                b.store(w, b.gep(rec, [_i64(k)]))
-            b.store(b.add(n, _i64(1)), lenp)
+        """Append one record [kind, program, *fields] to the execution trace (one out-of-line call)."""
+        words = [_i64(kind), self.program] + [(_i64(x) if isinstance(x, int) else x) for x in fields]
+        words += [_i64(0)] * (TRACE_WORDS - len(words))
+        st = self.b.call(self._trace_helper(), [self.ctx, *words])
+        self.fail_if(self.b.icmp_signed("!=", st, _i64(0)), STATUS_NO_MEMORY, 0, 0, _i64(0), _i64(0))
+
+    def _trace_helper(self) -> ir.Function:
+        """`i64 nmp_trace(ctx, w0..w7)`: append a record if tracing is on, growing the buffer with realloc;
+        returns 1 when out of memory. Shared by every call site (and both kernel variants) to keep the IR
+        small, which is what LLVM's compile time scales with."""
+        fn = self.module.globals.get("nmp_trace")
+        if fn is not None:
+            return fn
+        fn = ir.Function(self.module, ir.FunctionType(I64, [I64.as_pointer()] + [I64] * TRACE_WORDS), "nmp_trace")
+        fn.linkage = "internal"
+        fn.attributes.add("noinline")
+        ctx, *words = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        on = b.icmp_signed("!=", b.load(b.gep(ctx, [_i64(CTX_TRACE_ON)])), _i64(0))
+        record = fn.append_basic_block("record")
+        done = fn.append_basic_block("done")
+        b.cbranch(on, record, done)
+        b.position_at_end(record)
+        lenp = b.gep(ctx, [_i64(CTX_TRACE_LEN)])
+        capp = b.gep(ctx, [_i64(CTX_TRACE_CAP)])
+        ptrp = b.gep(ctx, [_i64(CTX_TRACE_PTR)])
+        n = b.load(lenp)
+        grow = fn.append_basic_block("grow")
+        store = fn.append_basic_block("store")
+        oom = fn.append_basic_block("oom")
+        b.cbranch(b.icmp_signed(">=", n, b.load(capp)), grow, store)
+        b.position_at_end(grow)
+        cap = b.load(capp)
+        newcap = b.select(b.icmp_signed("<", cap, _i64(4096)), _i64(4096), b.mul(cap, _i64(2)))
+        i8p = I8.as_pointer()
+        realloc = self.module.globals.get("realloc") or ir.Function(
+            self.module, ir.FunctionType(i8p, [i8p, I64]), "realloc")
+        new = b.ptrtoint(b.call(realloc, [b.inttoptr(b.load(ptrp), i8p), b.mul(newcap, _i64(TRACE_WORDS * 8))]),
+                         I64)
+        grown = fn.append_basic_block("grown")
+        b.cbranch(b.icmp_signed("==", new, _i64(0)), oom, grown)
+        b.position_at_end(grown)
+        b.store(new, ptrp)
+        b.store(newcap, capp)
+        b.branch(store)
+        b.position_at_end(store)
+        base = b.inttoptr(b.load(ptrp), I64.as_pointer())
+        rec = b.gep(base, [b.mul(n, _i64(TRACE_WORDS))])
+        for k, w in enumerate(words):
+            b.store(w, b.gep(rec, [_i64(k)]))
+        b.store(b.add(n, _i64(1)), lenp)
+        b.branch(done)
+        b.position_at_end(done)
+        b.ret(_i64(0))
+        ir.IRBuilder(oom).ret(_i64(1))
+        return fn
+
+    def _copy_rows_helper(self, esize: int) -> ir.Function:
+        """`void nmp_copy_rows_<e>(i8* tile, i64 addr, i64 rows, i64 cols, i64 row_stride, i64 col_stride,
+        i64 tile_row_bytes, i1 to_tile)`: move `rows` x `cols` elements of `esize` bytes between global
+        memory and a row-major tile; contiguous rows use memcpy."""
+        name = f"nmp_copy_rows_{esize}"
+        fn = self.module.globals.get(name)
+        if fn is not None:
+            return fn
+        i8p = I8.as_pointer()
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [i8p, I64, I64, I64, I64, I64, I64, I1]), name)
+        fn.linkage = "internal"
+        fn.attributes.add("noinline")
+        tile, addr, rows, cols, rstride, cstride, trow, to_tile = fn.args
+        et = ir.IntType(esize * 8)
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        saved_b, saved_fn = self.b, self.fn
+        self.b, self.fn = b, fn
+        try:
+            def row(r):
+                gaddr = b.add(addr, b.mul(r, rstride))
+                tp = b.gep(tile, [b.mul(r, trow)])
+                contiguous = b.icmp_signed("==", cstride, _i64(esize))
+                with b.if_else(contiguous) as (then, otherwise):
+                    with then:
+                        gp = b.inttoptr(gaddr, i8p)
+                        nbytes = b.mul(cols, _i64(esize))
+                        with b.if_else(to_tile) as (t1, t2):
+                            with t1:
+                                self.memcpy(tp, gp, nbytes)
+                            with t2:
+                                self.memcpy(gp, tp, nbytes)
+                    with otherwise:
+                        tpe = b.bitcast(tp, et.as_pointer())
+
+                        def elem(j):
+                            gp = b.inttoptr(b.add(gaddr, b.mul(j, cstride)), et.as_pointer())
+                            tq = b.gep(tpe, [j])
+                            with b.if_else(to_tile) as (t1, t2):
+                                with t1:
+                                    b.store(b.load(gp), tq)
+                                with t2:
+                                    b.store(b.load(tq), gp)
+
+                        self.loop(cols, elem)
+
+            self.loop(rows, row)
+            b.ret_void()
+        finally:
+            self.b, self.fn = saved_b, saved_fn
+        return fn
 
     def site(self, op: Op, arg: str = "") -> int:
         """Index of an op's error site (the same in every variant of the kernel)."""
@@ -768,7 +852,9 @@ class KernelCodegen(LanguageCodegen):
         self.fail_if(bad, STATUS_OOB, self.site(op, root.name), index, lo, hi)
 
     def _box_copy(self, tile: Value, base_addr, offset, strides, valid, to_tile: bool) -> None:
-        """Copy the valid box between global memory and a tile buffer (row-major in the tile)."""
+        """Copy the valid box between global memory and a tile buffer (row-major in the tile).
+
+        The innermost two dimensions go to a shared out-of-line row copier; outer dimensions loop here."""
         b = self.b
         shape = tile.type.shape
         st = storage_type(tile.type)
@@ -776,47 +862,33 @@ class KernelCodegen(LanguageCodegen):
         tstrides = _row_major(shape)
         rank = len(shape)
         buf = self.buffer(tile)
+        if rank == 0:
+            p = b.inttoptr(b.add(base_addr, offset), st.as_pointer())
+            if to_tile:
+                b.store(b.load(p), buf)
+            else:
+                b.store(b.load(buf), p)
+            return
+        helper = self._copy_rows_helper(esize)
+        buf8 = b.bitcast(buf, I8.as_pointer())
+        flag = ir.Constant(I1, 1 if to_tile else 0)
 
-        def addr_of(idx):
-            a = b.add(base_addr, offset)
-            for i, s in zip(idx, strides):
-                a = b.add(a, b.mul(i, s))
-            return a
-
-        def outer(idx):
-            if rank == 0:
-                p = b.inttoptr(addr_of([]), st.as_pointer())
-                if to_tile:
-                    b.store(b.load(p), buf)
-                else:
-                    b.store(b.load(buf), p)
-                return
-            row_addr = addr_of(idx + [_i64(0)])
-            trow = self._flat(idx + [_i64(0)], tstrides)
-            contiguous = b.icmp_signed("==", strides[-1], _i64(esize))
-            with b.if_else(contiguous) as (then, otherwise):
-                with then:
-                    gp = b.inttoptr(row_addr, st.as_pointer())
-                    tp = b.gep(buf, [trow])
-                    nbytes = b.mul(valid[-1], _i64(esize))
-                    if to_tile:
-                        self.memcpy(tp, gp, nbytes)
-                    else:
-                        self.memcpy(gp, tp, nbytes)
-                with otherwise:
-                    def elem(j):
-                        gp = b.inttoptr(b.add(row_addr, b.mul(j, strides[-1])), st.as_pointer())
-                        tp = b.gep(buf, [b.add(trow, j)])
-                        if to_tile:
-                            b.store(b.load(gp), tp)
-                        else:
-                            b.store(b.load(tp), gp)
-
-                    self.loop(valid[-1], elem)
+        def plane(idx):
+            """Copy dims [rank-2, rank-1] (or the single dim of a 1-D tile) at outer index `idx`."""
+            addr = b.add(base_addr, offset)
+            for i, s_ in zip(idx, strides):
+                addr = b.add(addr, b.mul(i, s_))
+            toff = b.mul(self._flat(idx + [_i64(0)] * (rank - len(idx)), tstrides), _i64(esize))
+            tptr = b.gep(buf8, [toff])
+            if rank == 1:
+                rows, rstride, trow = _i64(1), _i64(0), _i64(0)
+            else:
+                rows, rstride, trow = valid[-2], strides[-2], _i64(tstrides[-2] * esize)
+            b.call(helper, [tptr, addr, rows, valid[-1], rstride, strides[-1], trow, flag])
 
         def rec(d, idx):
-            if d >= rank - 1:
-                outer(idx)
+            if d >= rank - 2:
+                plane(idx)
                 return
             self.loop(valid[d], lambda i: rec(d + 1, idx + [i]))
 
