@@ -131,7 +131,8 @@ ELEMENTWISE_OPS = (set(_INT_BIN) | set(_FLOAT_BIN) | set(_FLOAT_UNARY_INTR) | se
                    | {"arith.divsi", "arith.divui", "arith.remsi", "arith.remui", "arith.ceildivsi",
                       "arith.floordivsi", "arith.shli", "arith.shrsi", "arith.shrui", "arith.negf",
                       "arith.cmpi", "arith.cmpf", "arith.select", "math.rsqrt", "math.absi", "math.fma",
-                      "tt.addptr", "tt.clampf", "tt.mulhiui", "math.copysign", "math.powf", "arith.remf"})
+                      "tt.addptr", "tt.clampf", "tt.mulhiui", "math.copysign", "math.powf", "arith.remf",
+                      "tt.extern_elementwise"})
 
 
 def _const_like(v: ir.Value, x) -> ir.Constant:
@@ -289,4 +290,383 @@ def emit_elementwise(b: ir.IRBuilder, fn: str, attrs: dict, args: list[ir.Value]
         return b.add(ptr, b.mul(off64, ir.Constant(I64, int(attrs["elem_bytes"]))))
     if fn in _CASTS:
         return emit_cast(b, fn, args[0], arg_tys[0], res_ty, attrs)
+    if fn == "tt.extern_elementwise":
+        return round_to(b, emit_extern(b, str(attrs.get("symbol", "")), args, arg_tys, res_ty), res_ty)
     raise NotImplementedError(f"elementwise op {fn}")
+
+
+# -- libdevice (`tt.extern_elementwise`) ---------------------------------------------------------------
+# Triton's `triton.language.extra.libdevice` maps (through the backend's module map) to the CUDA
+# libdevice wrappers, which emit `tt.extern_elementwise` with `__nv_*` symbols. nmp implements those
+# symbols here: libm where the C library has the function, LLVM intrinsics or a few lines of IR
+# elsewhere. Directed-rounding variants (_rz/_rd/_ru) round the nearest result and step one ulp when
+# an exact residual (fma / two-sum) says the exact value lies on the other side.
+
+_LIBM_1 = {"sin", "cos", "tan", "exp", "exp2", "exp10", "log", "log2", "log10", "log1p", "expm1", "sinh", "cosh",
+           "tanh", "asin", "acos", "atan", "asinh", "acosh", "atanh", "cbrt", "erf", "erfc", "lgamma", "tgamma",
+           "j0", "j1", "y0", "y1", "logb", "nearbyint", "rint", "round", "trunc", "floor", "ceil", "sqrt"}
+_LIBM_2 = {"atan2", "hypot", "fmod", "remainder", "pow", "nextafter", "fdim", "copysign"}
+_INTR_1 = {"floor": "floor", "ceil": "ceil", "trunc": "trunc", "sqrt": "sqrt", "fabs": "fabs", "rint": "rint",
+           "nearbyint": "nearbyint", "round": "round", "exp2": "exp2"}
+
+
+def _fdecl(b: ir.IRBuilder, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+    fn = b.module.globals.get(name)
+    if fn is None:
+        fn = ir.Function(b.module, ir.FunctionType(ret, args), name)
+    return fn
+
+
+def _libm_call(b: ir.IRBuilder, base: str, args: list[ir.Value], ty: ir.Type) -> ir.Value:
+    name = base + ("f" if ty == F32 else "")
+    return b.call(_fdecl(b, name, ty, [a.type for a in args]), args)
+
+
+def _fconst(ty: ir.Type, x: float) -> ir.Constant:
+    return ir.Constant(ty, x)
+
+
+def _next_toward(b: ir.IRBuilder, r: ir.Value, up: ir.Value) -> ir.Value:
+    """The float next to `r` towards +inf where `up`, towards -inf elsewhere (nextafter by bits)."""
+    ity = I32 if r.type == F32 else I64
+    bits = b.bitcast(r, ity)
+    neg = b.icmp_signed("<", bits, ir.Constant(ity, 0))
+    is_zero = b.fcmp_ordered("==", r, _fconst(r.type, 0.0))
+    # moving away from zero increments the magnitude bits, towards zero decrements them
+    away = b.xor(up, neg)
+    step = b.select(away, b.add(bits, ir.Constant(ity, 1)), b.sub(bits, ir.Constant(ity, 1)))
+    tiny = b.select(up, ir.Constant(ity, 1), ir.Constant(ity, 1 << (ity.width - 1) | 1))
+    out = b.bitcast(b.select(is_zero, tiny, step), r.type)
+    finite = b.fcmp_ordered("!=", _intrinsic(b, "fabs", [r]), _fconst(r.type, float("inf")))
+    return b.select(finite, out, r)
+
+
+def _directed(b: ir.IRBuilder, mode: str, r: ir.Value, err_sign: ir.Value) -> ir.Value:
+    """Adjust a round-to-nearest result `r` for `mode` given sign(exact - r) as an f value (<0, 0, >0)."""
+    if mode == "rn":
+        return r
+    zero = _fconst(r.type, 0.0)
+    below = b.fcmp_ordered("<", err_sign, zero)  # exact < r
+    above = b.fcmp_ordered(">", err_sign, zero)  # exact > r
+    if mode == "rd":
+        return b.select(below, _next_toward(b, r, ir.Constant(I1, 0)), r)
+    if mode == "ru":
+        return b.select(above, _next_toward(b, r, ir.Constant(I1, 1)), r)
+    # rz: step towards zero when the exact value is closer to zero than r
+    pos = b.fcmp_ordered(">", r, zero)
+    negr = b.fcmp_ordered("<", r, zero)
+    down = b.and_(pos, below)
+    upw = b.and_(negr, above)
+    r = b.select(down, _next_toward(b, r, ir.Constant(I1, 0)), r)
+    return b.select(upw, _next_toward(b, r, ir.Constant(I1, 1)), r)
+
+
+def _rounded_arith(b: ir.IRBuilder, op: str, mode: str, args: list[ir.Value]) -> ir.Value:
+    """add/sub/mul/div/sqrt/rcp/fma in the arguments' precision with rounding `mode`."""
+    if op == "rcp":
+        op, args = "div", [_fconst(args[0].type, 1.0), args[0]]
+    if op == "sub":
+        op, args = "add", [args[0], b.fneg(args[1])]
+    ty = args[0].type
+    if op == "add":
+        x, y = args
+        r = b.fadd(x, y)
+        # two-sum: the exact error of the rounded sum
+        yv = b.fsub(r, x)
+        xv = b.fsub(r, yv)
+        err = b.fadd(b.fsub(x, xv), b.fsub(y, yv))
+    elif op == "mul":
+        x, y = args
+        r = b.fmul(x, y)
+        err = _intrinsic(b, "fma", [x, y, b.fneg(r)])
+    elif op == "div":
+        x, y = args
+        r = b.fdiv(x, y)
+        res = _intrinsic(b, "fma", [b.fneg(r), y, x])  # x - r*y, exact
+        neg_y = b.fcmp_ordered("<", y, _fconst(ty, 0.0))
+        err = b.select(neg_y, b.fneg(res), res)
+    elif op == "sqrt":
+        (x,) = args
+        r = _intrinsic(b, "sqrt", [x])
+        err = _intrinsic(b, "fma", [b.fneg(r), r, x])
+    elif op == "fma":
+        x, y, z = args
+        r = _intrinsic(b, "fma", [x, y, z])
+        if ty == F32:
+            exact = b.fadd(b.fmul(b.fpext(x, F64), b.fpext(y, F64)), b.fpext(z, F64))
+            err = b.fsub(exact, b.fpext(r, F64))
+            err = b.fptrunc(b.select(b.fcmp_ordered("<", err, _fconst(F64, 0.0)), _fconst(F64, -1.0),
+                                     b.select(b.fcmp_ordered(">", err, _fconst(F64, 0.0)), _fconst(F64, 1.0),
+                                              _fconst(F64, 0.0))), F32)
+        else:
+            err = _fconst(ty, 0.0)  # f64 fma: nearest only (no wider type to check against)
+    else:
+        raise NotImplementedError(op)
+    return _directed(b, mode, r, err)
+
+
+def _float_to_int(b: ir.IRBuilder, x: ir.Value, mode: str, width: int, signed: bool) -> ir.Value:
+    rounder = {"rn": "roundeven", "rz": "trunc", "rd": "floor", "ru": "ceil"}[mode]
+    v = _intrinsic(b, rounder, [x])
+    ity = ir.IntType(width)
+    name = f"llvm.{'fptosi' if signed else 'fptoui'}.sat.i{width}.{'f64' if x.type == F64 else 'f32'}"
+    return b.call(_fdecl(b, name, ity, [x.type]), [v])
+
+
+def _int_to_float(b: ir.IRBuilder, x: ir.Value, mode: str, ty: ir.Type, signed: bool) -> ir.Value:
+    r = b.sitofp(x, ty) if signed else b.uitofp(x, ty)
+    if mode == "rn":
+        return r
+    # compare r with x exactly in 128-bit integers (|r| <= 2^64 always fits)
+    wide = ir.IntType(128)
+    xw = b.sext(x, wide) if signed else b.zext(x, wide)
+    rw = b.fptosi(r, wide)
+    sign = b.select(b.icmp_signed("<", xw, rw), _fconst(ty, -1.0),
+                    b.select(b.icmp_signed(">", xw, rw), _fconst(ty, 1.0), _fconst(ty, 0.0)))
+    return _directed(b, mode, r, sign)
+
+
+def _f64_to_f32(b: ir.IRBuilder, x: ir.Value, mode: str) -> ir.Value:
+    r = b.fptrunc(x, F32)
+    back = b.fpext(r, F64)
+    diff = b.fptrunc(b.fsub(x, back), F32)
+    sign = b.select(b.fcmp_ordered("<", x, back), _fconst(F32, -1.0),
+                    b.select(b.fcmp_ordered(">", x, back), _fconst(F32, 1.0), _fconst(F32, 0.0)))
+    del diff
+    return _directed(b, mode, r, sign)
+
+
+def _erfinv(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """Inverse error function: Giles' single-precision approximation, refined by two Newton steps
+    on erf from libm (accurate to a few ulp in f64)."""
+    ty = x.type
+    d = F64
+    xd = b.fpext(x, d) if ty == F32 else x
+    w = b.fneg(_libm_call(b, "log", [b.fmul(b.fsub(_fconst(d, 1.0), xd), b.fadd(_fconst(d, 1.0), xd))], d))
+
+    def poly(t, coeffs):
+        acc = _fconst(d, coeffs[0])
+        for c in coeffs[1:]:
+            acc = b.fadd(b.fmul(acc, t), _fconst(d, c))
+        return acc
+
+    small = poly(b.fsub(w, _fconst(d, 2.5)), [2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06,
+                                               0.00021858087, -0.00125372503, -0.00417768164, 0.246640727,
+                                               1.50140941])
+    big = poly(b.fsub(_intrinsic(b, "sqrt", [w]), _fconst(d, 3.0)),
+               [-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773, -0.0076224613,
+                0.00943887047, 1.00167406, 2.83297682])
+    p = b.select(b.fcmp_ordered("<", w, _fconst(d, 5.0)), small, big)
+    y = b.fmul(p, xd)
+    two_over_sqrtpi = 1.1283791670955126
+    for _ in range(2):
+        err = b.fsub(_libm_call(b, "erf", [y], d), xd)
+        deriv = b.fmul(_fconst(d, two_over_sqrtpi), _libm_call(b, "exp", [b.fneg(b.fmul(y, y))], d))
+        step = b.fdiv(err, deriv)
+        finite = b.fcmp_ordered("<", _intrinsic(b, "fabs", [y]), _fconst(d, float("inf")))
+        y = b.select(finite, b.fsub(y, step), y)
+    # exact endpoints: erfinv(+-1) = +-inf, |x| > 1 -> nan
+    ax = _intrinsic(b, "fabs", [xd])
+    y = b.select(b.fcmp_ordered("==", ax, _fconst(d, 1.0)), b.fmul(xd, _fconst(d, float("inf"))), y)
+    y = b.select(b.fcmp_unordered(">", ax, _fconst(d, 1.0)), _fconst(d, float("nan")), y)
+    return b.fptrunc(y, F32) if ty == F32 else y
+
+
+_NV_NAMED = (_LIBM_1 | _LIBM_2 | set(_INTR_1)
+             | {"isnan", "isinf", "finite", "signbit", "ilogb", "ldexp", "scalbn", "powi", "jn", "yn", "fma",
+                "rsqrt", "rcbrt", "rhypot", "norm3d", "norm4d", "rnorm3d", "rnorm4d", "sinpi", "cospi", "erfinv",
+                "erfcinv", "erfcx", "normcdf", "normcdfinv"})
+
+
+def _nv_base(symbol: str, arg_ty: ir.Type | None) -> str:
+    """`__nv_sinf` -> `sin`, `__nv_fast_expf` -> `exp`, `__nv_erf` -> `erf`: the function's base name."""
+    name = symbol[len("__nv_"):] if symbol.startswith("__nv_") else symbol
+    if name.startswith("fast_"):
+        name = name[len("fast_"):]
+    if arg_ty == F32 and name.endswith("f") and name[:-1] in _NV_NAMED:
+        return name[:-1]
+    return name
+
+
+def emit_extern(b: ir.IRBuilder, symbol: str, args: list[ir.Value], arg_tys: list[Ty], res_ty: Ty) -> ir.Value:
+    """One element of a libdevice function (`__nv_*` symbol), compute representation in and out."""
+    rt = compute_type(res_ty)
+    fty = next((a.type for a in args if a.type in (F32, F64)), None)
+    sym = symbol[len("__nv_"):] if symbol.startswith("__nv_") else symbol
+    x = args[0] if args else None
+    unsigned = sym.startswith("u") and sym[1:] in ("mulhi", "mul64hi", "mul24", "sad", "hadd", "rhadd")
+
+    # -- integer functions
+    if sym in ("clz", "clzll"):
+        return _cast_int(b, b.ctlz(x, ir.Constant(I1, 0)), rt)
+    if sym in ("popc", "popcll"):
+        return _cast_int(b, b.ctpop(x), rt)
+    if sym in ("brev", "brevll"):
+        return b.bitreverse(x)
+    if sym in ("ffs", "ffsll"):
+        tz = b.cttz(x, ir.Constant(I1, 0))
+        one = b.add(tz, ir.Constant(x.type, 1))
+        r = b.select(b.icmp_signed("==", x, ir.Constant(x.type, 0)), ir.Constant(x.type, 0), one)
+        return _cast_int(b, r, rt)
+    if sym in ("mulhi", "umulhi", "mul64hi", "umul64hi"):
+        w = x.type.width
+        wide = ir.IntType(2 * w)
+        ext = b.zext if unsigned else b.sext
+        p = b.mul(ext(x, wide), ext(args[1], wide))
+        return b.trunc(b.lshr(p, ir.Constant(wide, w)), x.type)
+    if sym in ("mul24", "umul24"):
+        mask = lambda v: (b.and_(v, ir.Constant(I32, 0xFFFFFF)) if unsigned  # noqa: E731
+                          else b.ashr(b.shl(v, ir.Constant(I32, 8)), ir.Constant(I32, 8)))
+        return b.mul(mask(x), mask(args[1]))
+    if sym in ("sad", "usad"):
+        y, z = args[1], args[2]
+        gt = b.icmp_unsigned(">", x, y) if unsigned else b.icmp_signed(">", x, y)
+        return b.add(z, b.select(gt, b.sub(x, y), b.sub(y, x)))
+    if sym in ("hadd", "uhadd", "rhadd", "urhadd"):
+        wide = I64
+        ext = b.zext if unsigned else b.sext
+        s = b.add(ext(x, wide), ext(args[1], wide))
+        if sym.endswith("rhadd"):
+            s = b.add(s, ir.Constant(wide, 1))
+        s = b.lshr(s, ir.Constant(wide, 1)) if unsigned else b.ashr(s, ir.Constant(wide, 1))
+        return b.trunc(s, I32)
+    if sym == "byte_perm":
+        y, sel = args[1], args[2]
+        both = b.or_(b.zext(x, I64), b.shl(b.zext(y, I64), ir.Constant(I64, 32)))
+        out = ir.Constant(I32, 0)
+        for k in range(4):
+            nib = b.and_(b.lshr(sel, ir.Constant(I32, 4 * k)), ir.Constant(I32, 7))
+            byte = b.trunc(b.and_(b.lshr(both, b.zext(b.mul(nib, ir.Constant(I32, 8)), I64)),
+                                  ir.Constant(I64, 0xFF)), I32)
+            out = b.or_(out, b.shl(byte, ir.Constant(I32, 8 * k)))
+        return out
+    if sym in ("abs", "llabs"):
+        return _intrinsic(b, "abs", [x, ir.Constant(I1, 0)], x.type)
+
+    # -- bit reinterpretation
+    if sym in ("int_as_float", "uint_as_float"):
+        return b.bitcast(x, F32)
+    if sym in ("float_as_int", "float_as_uint"):
+        return b.bitcast(x, I32)
+    if sym == "longlong_as_double":
+        return b.bitcast(x, F64)
+    if sym == "double_as_longlong":
+        return b.bitcast(x, I64)
+    if sym == "hiloint2double":
+        hi, lo = b.zext(args[0], I64), b.zext(args[1], I64)
+        return b.bitcast(b.or_(b.shl(hi, ir.Constant(I64, 32)), lo), F64)
+    if sym in ("double2loint", "double2hiint"):
+        bits = b.bitcast(x, I64)
+        if sym == "double2hiint":
+            bits = b.lshr(bits, ir.Constant(I64, 32))
+        return b.trunc(bits, I32)
+
+    # -- conversions with a rounding mode
+    import re
+
+    m = re.fullmatch(r"(double|float|int|uint|ll|ull)2(float|double|int|uint|ll|ull)_(rn|rz|rd|ru)", sym)
+    if m:
+        src, dst, mode = m.groups()
+        if src in ("double", "float") and dst in ("int", "uint", "ll", "ull"):
+            width = 32 if dst in ("int", "uint") else 64
+            return _float_to_int(b, x, mode, width, dst in ("int", "ll"))
+        if src in ("int", "uint", "ll", "ull"):
+            return _int_to_float(b, x, mode, rt, src in ("int", "ll"))
+        if src == "double" and dst == "float":
+            return _f64_to_f32(b, x, mode)
+    if sym in ("llrint", "llrintf"):
+        return _float_to_int(b, x, "rn", 64, True)
+    if sym in ("llround", "llroundf"):
+        r = _intrinsic(b, "round", [x])
+        return b.call(_fdecl(b, f"llvm.fptosi.sat.i64.{'f64' if x.type == F64 else 'f32'}", I64, [x.type]), [r])
+
+    # -- arithmetic with a rounding mode
+    m = re.fullmatch(r"([fd])?(add|sub|mul|div|rcp|sqrt|fma|fmaf|frcp|fsqrt|frsqrt)_(rn|rz|rd|ru)", sym)
+    if m:
+        op, mode = m.group(2), m.group(3)
+        op = {"fmaf": "fma", "frcp": "rcp", "fsqrt": "sqrt"}.get(op, op)
+        if op == "frsqrt":
+            return b.fdiv(_fconst(x.type, 1.0), _intrinsic(b, "sqrt", [x]))
+        return _rounded_arith(b, op, mode, args)
+    if sym == "fast_fdividef":
+        return b.fdiv(x, args[1])
+    if sym == "saturatef":
+        return _intrinsic(b, "minnum", [_intrinsic(b, "maxnum", [x, _fconst(x.type, 0.0)]), _fconst(x.type, 1.0)])
+    if sym == "rcp64h":
+        return b.fdiv(_fconst(F64, 1.0), x)
+
+    base = _nv_base(symbol, fty)
+    # -- classification
+    if base in ("isnan", "isnand"):
+        return b.zext(b.fcmp_unordered("uno", x, x), rt)
+    if base in ("isinf", "isinfd"):
+        return b.zext(b.fcmp_ordered("==", _intrinsic(b, "fabs", [x]), _fconst(x.type, float("inf"))), rt)
+    if base in ("finite", "isfinited"):
+        return b.zext(b.fcmp_ordered("<", _intrinsic(b, "fabs", [x]), _fconst(x.type, float("inf"))), rt)
+    if base in ("signbit", "signbitd"):
+        ity = I32 if x.type == F32 else I64
+        neg = b.icmp_signed("<", b.bitcast(x, ity), ir.Constant(ity, 0))
+        return b.zext(neg, rt)
+    if base == "ilogb":
+        r = _libm_call_ret(b, "ilogb", [x], I32)
+        return r
+    if base in ("ldexp", "scalbn"):
+        return _libm_call_ret(b, "ldexp" + ("f" if x.type == F32 else ""), [x, args[1]], x.type, raw=True)
+    if base == "powi":
+        return _libm_call(b, "pow", [x, b.sitofp(args[1], x.type)], x.type)
+    if base in ("jn", "yn"):
+        n, v = args
+        return _libm_call_ret(b, base + ("f" if v.type == F32 else ""), [n, v], v.type, raw=True)
+
+    # -- float functions
+    if base == "fabs":
+        return _intrinsic(b, "fabs", [x])
+    if base == "fma":
+        return _intrinsic(b, "fma", args)
+    if base == "rsqrt":
+        return b.fdiv(_fconst(x.type, 1.0), _intrinsic(b, "sqrt", [x]))
+    if base == "rcbrt":
+        return b.fdiv(_fconst(x.type, 1.0), _libm_call(b, "cbrt", [x], x.type))
+    if base == "rhypot":
+        return b.fdiv(_fconst(x.type, 1.0), _libm_call(b, "hypot", args, x.type))
+    if base in ("norm3d", "norm4d", "rnorm3d", "rnorm4d"):
+        acc = _fconst(x.type, 0.0)
+        for a in args:
+            acc = _intrinsic(b, "fma", [a, a, acc])
+        r = _intrinsic(b, "sqrt", [acc])
+        return b.fdiv(_fconst(x.type, 1.0), r) if base.startswith("r") else r
+    if base in ("sinpi", "cospi"):
+        return _libm_call(b, base[:3], [b.fmul(x, _fconst(x.type, 3.141592653589793))], x.type)
+    if base == "erfinv":
+        return _erfinv(b, x)
+    if base == "erfcinv":
+        return _erfinv(b, b.fsub(_fconst(x.type, 1.0), x))
+    if base == "erfcx":
+        d = b.fpext(x, F64) if x.type == F32 else x
+        r = b.fmul(_libm_call(b, "exp", [b.fmul(d, d)], F64), _libm_call(b, "erfc", [d], F64))
+        return b.fptrunc(r, F32) if x.type == F32 else r
+    if base == "normcdf":
+        return b.fmul(_fconst(x.type, 0.5), _libm_call(b, "erfc", [b.fmul(x, _fconst(x.type, -0.7071067811865476))],
+                                                           x.type))
+    if base == "normcdfinv":
+        e = _erfinv(b, b.fsub(_fconst(x.type, 1.0), b.fmul(x, _fconst(x.type, 2.0))))
+        return b.fmul(e, _fconst(x.type, -1.4142135623730951))
+    if base in _INTR_1:
+        return _intrinsic(b, _INTR_1[base], [x])
+    if base in _LIBM_1 and len(args) == 1:
+        return _libm_call(b, base, [x], x.type)
+    if base in _LIBM_2 and len(args) == 2:
+        return _libm_call(b, base, args, x.type)
+    raise NotImplementedError(f"libdevice function '{symbol}'")
+
+
+def _cast_int(b: ir.IRBuilder, v: ir.Value, rt: ir.Type) -> ir.Value:
+    if v.type.width == rt.width:
+        return v
+    return b.trunc(v, rt) if v.type.width > rt.width else b.zext(v, rt)
+
+
+def _libm_call_ret(b: ir.IRBuilder, name: str, args: list[ir.Value], ret: ir.Type, raw: bool = False) -> ir.Value:
+    if not raw and args[0].type == F32:
+        name += "f"
+    return b.call(_fdecl(b, name, ret, [a.type for a in args]), args)

@@ -6,6 +6,42 @@ from the core conversion so the core (access analysis, loops, DMA) stays small.
 
 from __future__ import annotations
 
+from .ir import Op
+
 
 class LanguageLowering:
     """Lowering rules for ops beyond the core set; methods are looked up by op name."""
+
+    # -- helpers ------------------------------------------------------------------------------------
+    def _elementwise(self, op: Op, fn: str | None = None, extra: dict | None = None):
+        """Lower `op` as an elementwise op (`nmp.vec` on tiles, the scalar op itself on scalars)."""
+        name = fn or op.name
+        res_ty = op.results[0].type
+        attrs = {"fn": name}
+        words = op.attrs.get("_words") or []
+        if words:
+            attrs["pred"] = words[0]
+        for k in ("rounding", "propagateNan", "symbol"):
+            if k in op.attrs:
+                attrs[k] = op.attrs[k]
+        attrs.update(extra or {})
+        operands = [self.get(o) for o in op.operands]
+        if res_ty.is_tensor:
+            new = self.emit("nmp.vec", operands, [res_ty], attrs, names=[op.results[0].name])
+        else:
+            attrs.pop("fn")
+            new = self.emit(name, operands, [res_ty], attrs, names=[op.results[0].name])
+        self.bind(op, new)
+        return new
+
+    # -- casts ----------------------------------------------------------------------------------------
+    def op_tt_bitcast(self, op: Op) -> None:
+        """Pointer bitcasts (Triton stores `bool` through `*i8`) keep the access analysable: the
+        result has the source's byte-addressed affine form and derives from the same argument."""
+        src, res = op.operands[0], op.results[0]
+        self._elementwise(op)
+        if src.type.is_ptr and res.type.is_ptr:
+            form = self.aff(src)
+            if form is not None:
+                self.aff.assume(res, form)
+            self.block_arg_init[id(res)] = src
