@@ -178,11 +178,17 @@ class KernelCodegen(LanguageCodegen):
             self.b.ret(_i64(0))
         self.alloca_builder.position_at_end(self.entry_block)
         self.alloca_builder.branch(start)
-        self._build_grid(f"nmp_grid{suffix}_{f.name}")
+        grid = self._build_grid(f"nmp_grid{suffix}_{f.name}")
+        if timing_only:
+            # Only addresses and trace records: not worth LLVM's optimisation time (compile time matters
+            # more than the speed of this already compute-free variant).
+            for fn in (self.fn, grid):
+                fn.attributes.add("noinline")
+                fn.attributes.add("optnone")
         return args_meta
 
 
-    def _build_grid(self, name: str) -> None:
+    def _build_grid(self, name: str) -> ir.Function:
         gty = ir.FunctionType(I64, [I64.as_pointer(), I64, I64, I64, I64.as_pointer()])
         g = ir.Function(self.module, gty, name)
         slots, gx, gy, gz, ctx = g.args
@@ -209,6 +215,7 @@ class KernelCodegen(LanguageCodegen):
         b.ret(_i64(0))
         fb = ir.IRBuilder(fail)
         fb.ret(fb.load(ctx))
+        return g
 
     def _loop(self, b: ir.IRBuilder, fn: ir.Function, count, body, start=None) -> None:
         """A counted loop `for i in range(start, count)` with an i64 induction variable."""
