@@ -40,6 +40,7 @@ from .codegen_scalar import (
     to_storage,
 )
 from .ir import Func, Module, Op, Ty, Value
+from .nmpir import fused_run_length
 from .scratchpad import ScratchpadPlan
 from .timing_only import timing_only_eligible
 
@@ -96,6 +97,7 @@ class KernelCodegen(LanguageCodegen):
         self.loops: list[tuple[ir.Value, ir.Value]] = []  # (induction variable, lower bound) of open loops
         self.site_ids: dict[tuple, int] = {}
         self.timing_only = False
+        self._use_counts: dict[int, int] | None = None
         self.module = ir.Module(name=func.name)
         self.module.triple = triple
         self.module.data_layout = data_layout
@@ -435,20 +437,86 @@ class KernelCodegen(LanguageCodegen):
 
     # -- ops ------------------------------------------------------------------------------------------
     def emit_block(self, ops: list[Op]) -> None:
-        for op in ops:
-            if self.b.block.is_terminated:
-                self.b.position_at_end(self.fn.append_basic_block("dead"))
-            handler = getattr(self, "op_" + op.name.replace(".", "_"), None)
-            try:
-                if handler is not None:
-                    handler(op)
-                elif op.results and not op.results[0].type.is_tensor:
-                    self.op_scalar(op)
-                else:
-                    raise NotImplementedError(op.name)
-            except NotImplementedError as e:
-                raise NMPCompilationError(f"operation '{_op_label(op)}' is not supported on nmp ({e})",
-                                          kernel=self.func.name, loc=str(op.loc)) from None
+        i = 0
+        while i < len(ops):
+            run = self._fusable_run(ops, i)
+            if len(run) > 1:
+                if self.b.block.is_terminated:
+                    self.b.position_at_end(self.fn.append_basic_block("dead"))
+                self.emit_fused(run)
+                i += len(run)
+                continue
+            self.emit_op(ops[i])
+            i += 1
+
+    # Elementwise fusion: consecutive elementwise tile ops of one shape run in a single loop, and values
+    # used only inside the run stay in registers. One loop instead of one per op is both faster to
+    # simulate and much faster for LLVM to compile. The scratchpad plan treats a run as one step.
+    def _fusable_run(self, ops: list[Op], start: int) -> list[Op]:
+        return ops[start:start + fused_run_length(ops, start)]
+
+    def _users(self) -> dict[int, int]:
+        if self._use_counts is None:
+            counts: dict[int, int] = {}
+            for op in self.func.walk():
+                for o in op.operands:
+                    counts[id(o)] = counts.get(id(o), 0) + 1
+            self._use_counts = counts
+        return self._use_counts
+
+    def emit_fused(self, run: list[Op]) -> None:
+        inside: dict[int, int] = {}
+        for op in run:
+            for o in op.operands:
+                inside[id(o)] = inside.get(id(o), 0) + 1
+        users = self._users()
+        produced = {id(op.results[0]) for op in run}
+        # a result needs its tile if anything outside the run reads it
+        keep = {k for k in produced if users.get(k, 0) > inside.get(k, 0)}
+        numel = run[0].results[0].type.numel
+        if not self.timing_only:
+            def body(i):
+                regs: dict[int, ir.Value] = {}
+
+                def get(v):
+                    if id(v) in regs:
+                        return regs[id(v)]
+                    return self.load_elem(v, i) if v.type.is_tensor else self.scalar(v)
+
+                for op in run:
+                    r = op.results[0]
+                    if op.name == "nmp.splat":
+                        val = self.scalar(op.operands[0])
+                    elif op.name == "nmp.const":
+                        val = _const(r.type.scalar, op.attrs["value"])
+                    else:
+                        val = emit_elementwise(self.b, op.attrs["fn"], op.attrs, [get(o) for o in op.operands],
+                                               [o.type for o in op.operands], r.type)
+                    regs[id(r)] = val
+                    if id(r) in keep:
+                        self.store_elem(r, i, val)
+
+            self.loop(numel, body)
+        for op in run:  # the same counters and trace records as unfused ops
+            if op.name == "nmp.vec":
+                r = op.results[0]
+                self.count("vec_elems", _i64(r.type.numel))
+                self.trace(EV_VEC, [r.type.numel, 0, DTYPE_CODES.get(r.type.elem, 0)])
+
+    def emit_op(self, op: Op) -> None:
+        if self.b.block.is_terminated:
+            self.b.position_at_end(self.fn.append_basic_block("dead"))
+        handler = getattr(self, "op_" + op.name.replace(".", "_"), None)
+        try:
+            if handler is not None:
+                handler(op)
+            elif op.results and not op.results[0].type.is_tensor:
+                self.op_scalar(op)
+            else:
+                raise NotImplementedError(op.name)
+        except NotImplementedError as e:
+            raise NMPCompilationError(f"operation '{_op_label(op)}' is not supported on nmp ({e})",
+                                      kernel=self.func.name, loc=str(op.loc)) from None
 
     def op_scalar(self, op: Op) -> None:
         args = [self.scalar(o) for o in op.operands]

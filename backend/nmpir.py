@@ -173,3 +173,27 @@ def _sweep(block: Block, used: set[int]) -> bool:
         kept.append(op)
     block.ops[:] = kept
     return changed
+
+
+# -- elementwise fusion groups ---------------------------------------------------------------------------
+
+FUSABLE_OPS = ("nmp.vec", "nmp.splat", "nmp.const")
+
+
+def fused_run_length(ops: list[Op], start: int) -> int:
+    """Length of the run of elementwise tile ops of one shape starting at `ops[start]` (1 if none).
+
+    The codegen computes such a run in one loop, element by element, so the scratchpad planner must
+    treat the whole run as one step: every tile it touches is live for all of it."""
+    first = ops[start]
+    if first.name not in FUSABLE_OPS or not first.results or not first.results[0].type.is_tensor:
+        return 1
+    shape = first.results[0].type.shape
+    n = 0
+    for op in ops[start:]:
+        if op.name not in FUSABLE_OPS or op.results[0].type.shape != shape:
+            break
+        if op.name == "nmp.vec" and any(o.type.is_tensor and o.type.shape != shape for o in op.operands):
+            break
+        n += 1
+    return max(n, 1)

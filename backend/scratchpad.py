@@ -18,6 +18,7 @@ from triton_nmp.errors import NMPScratchpadOverflowError
 
 from .codegen_scalar import storage_type
 from .ir import Block, Func, Loc, Op, Value
+from .nmpir import fused_run_length
 
 DEFAULT_ALIGN = 64
 
@@ -85,6 +86,7 @@ class _Liveness:
         self.ring_loop: dict[int, Op] = {}
         self.vec_ops: list[tuple[Op, int]] = []
         self.for_ops: list[tuple[Op, int]] = []
+        self.runs: list[list[Op]] = []
         self.func = func
         self._block(func.body.ops, (), func.loc)
         for key, loop in self.pending:
@@ -114,8 +116,14 @@ class _Liveness:
         self.last_use[id(v)] = max(self.last_use.get(id(v), 0), t)
 
     def _block(self, ops: list[Op], loops: tuple[Op, ...], loc: Loc) -> None:
-        for op in ops:
-            self.time += 1
+        run_left = 0
+        for k, op in enumerate(ops):
+            if run_left == 0:
+                run_left = fused_run_length(ops, k)
+                self.time += 1  # a fused run is one step: all its tiles are live together
+                if run_left > 1:
+                    self.runs.append(ops[k:k + run_left])
+            run_left -= 1
             t = self.time
             for o in op.operands:
                 self._use(o, t, loops)
@@ -230,9 +238,30 @@ def _loop_init_in_place(lv: _Liveness) -> None:
             ends[id(ri)] = 1 << 60
 
 
+def _register_only(lv: _Liveness, func: Func) -> set[int]:
+    """Tiles produced and consumed inside one fused run: the codegen keeps them in registers."""
+    uses: dict[int, int] = {}
+    for op in func.walk():
+        for o in op.operands:
+            uses[id(o)] = uses.get(id(o), 0) + 1
+    out: set[int] = set()
+    for run in lv.runs:
+        inside: dict[int, int] = {}
+        for op in run:
+            for o in op.operands:
+                inside[id(o)] = inside.get(id(o), 0) + 1
+        for op in run:
+            r = id(op.results[0])
+            if uses.get(r, 0) == inside.get(r, 0):
+                out.add(r)
+    return out
+
+
 def plan_scratchpad(func: Func, align: int = DEFAULT_ALIGN) -> ScratchpadPlan:
     """Assign every tile a scratchpad offset; returns the plan with the peak bytes."""
     lv = _Liveness(func)
+    for key in _register_only(lv, func):
+        lv.values.pop(key, None)
     _elementwise_in_place(lv)
     _loop_init_in_place(lv)
     groups: dict[int, Buffer] = {}
