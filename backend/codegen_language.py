@@ -5,6 +5,135 @@ A mixin of `codegen.KernelCodegen`: each `op_nmp_<name>` method emits one nmpir 
 
 from __future__ import annotations
 
+from llvmlite import ir
+
+from .codegen_scalar import I1, I32, I64, storage_type
+from .ir import Op, Value
+
+STATUS_ASSERT = 2
+
+
+def _i64(x: int) -> ir.Constant:
+    return ir.Constant(I64, x)
+
+
+def _row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= d
+    return tuple(reversed(strides))
+
 
 class LanguageCodegen:
     """Codegen rules for ops beyond the core set; methods are looked up by op name."""
+
+    # -- helpers -------------------------------------------------------------------------------------
+    def _raw_copy(self, dst: Value, di: ir.Value, src: Value, si: ir.Value) -> None:
+        """Copy one element between tile buffers in storage form (same element type)."""
+        b = self.b
+        b.store(b.load(b.gep(self.buffer(src), [si])), b.gep(self.buffer(dst), [di]))
+
+    def _flat_idx(self, idx: list[ir.Value], strides: tuple[int, ...]) -> ir.Value:
+        b = self.b
+        acc = _i64(0)
+        for i, s in zip(idx, strides):
+            if s:
+                acc = b.add(acc, i if s == 1 else b.mul(i, _i64(s)))
+        return acc
+
+    def _assert_site(self, op: Op, msg: str) -> int:
+        idx = self.site(op)
+        self.sites[idx].msg = msg
+        return idx
+
+    def _elem(self, v: Value, i: ir.Value) -> ir.Value:
+        """Element i of a tile, or the scalar itself (compute representation)."""
+        return self.load_elem(v, i) if v.type.is_tensor else self.scalar(v)
+
+    # -- shape ops -----------------------------------------------------------------------------------
+    def op_nmp_join(self, op: Op) -> None:
+        a, c = op.operands
+        r = op.result
+        b = self.b
+
+        def body(i):
+            self._raw_copy(r, b.mul(i, _i64(2)), a, i)
+            self._raw_copy(r, b.add(b.mul(i, _i64(2)), _i64(1)), c, i)
+
+        if a.type.is_tensor:
+            self.loop(a.type.numel, body)
+        else:
+            self.store_elem(r, _i64(0), self.scalar(a))
+            self.store_elem(r, _i64(1), self.scalar(c))
+
+    def op_nmp_split(self, op: Op) -> None:
+        (x,) = op.operands
+        r0, r1 = op.results
+        b = self.b
+        if not r0.type.is_tensor:
+            self.vals[id(r0)] = self.load_elem(x, _i64(0))
+            self.vals[id(r1)] = self.load_elem(x, _i64(1))
+            return
+
+        def body(i):
+            self._raw_copy(r0, i, x, b.mul(i, _i64(2)))
+            self._raw_copy(r1, i, x, b.add(b.mul(i, _i64(2)), _i64(1)))
+
+        self.loop(r0.type.numel, body)
+
+    def op_nmp_cat(self, op: Op) -> None:
+        a, c = op.operands
+        r = op.result
+        b = self.b
+        na = a.type.numel
+        self.loop(na, lambda i: self._raw_copy(r, i, a, i))
+        self.loop(c.type.numel, lambda i: self._raw_copy(r, b.add(i, _i64(na)), c, i))
+
+    def op_nmp_tile_gather(self, op: Op) -> None:
+        src, idx = op.operands
+        r = op.result
+        axis = op.attrs["axis"]
+        b = self.b
+        sshape = src.type.shape
+        s_strides = _row_major(sshape)
+        r_strides = _row_major(r.type.shape)
+        n_axis = sshape[axis]
+        site = self._assert_site(op, f"tl.gather index out of range [0, {n_axis}) along axis {axis}")
+
+        def body(ix):
+            flat = self._flat_idx(ix, r_strides)
+            k = self.load_elem(idx, flat)
+            k64 = b.sext(k, I64) if k.type.width < 64 else k
+            bad = b.icmp_unsigned(">=", k64, _i64(n_axis))
+            self.fail_if(bad, STATUS_ASSERT, site, 0, k64, _i64(n_axis))
+            sidx = list(ix)
+            sidx[axis] = k64
+            self._raw_copy(r, flat, src, self._flat_idx(sidx, s_strides))
+
+        self.loop_nest(r.type.shape, body)
+
+    def op_nmp_histogram(self, op: Op) -> None:
+        x = op.operands[0]
+        mask = op.operands[1] if op.attrs.get("has_mask") else None
+        r = op.result
+        nbins = r.type.numel
+        b = self.b
+        st = storage_type(r.type)
+        zero = ir.Constant(st, 0)
+        self.loop(nbins, lambda i: b.store(zero, b.gep(self.buffer(r), [i])))
+
+        def body(i):
+            v = self.load_elem(x, i)
+            v64 = b.sext(v, I64) if v.type.width < 64 else v
+            ok = b.icmp_unsigned("<", v64, _i64(nbins))
+            if mask is not None:
+                ok = b.and_(ok, self._elem(mask, i))
+            with b.if_then(ok):
+                p = b.gep(self.buffer(r), [v64])
+                b.store(b.add(b.load(p), ir.Constant(st, 1)), p)
+
+        self.loop(x.type.numel, body)
+
+
+__all__ = ["LanguageCodegen", "I1", "I32"]

@@ -254,6 +254,13 @@ def emit_elementwise(b: ir.IRBuilder, fn: str, attrs: dict, args: list[ir.Value]
         return b.fcmp_unordered(_FCMP_UNO[pred], args[0], args[1])
     if fn == "arith.select":
         return b.select(args[0], args[1], args[2])
+    if fn in ("arith.maxnumf", "arith.minnumf"):
+        # numpy's fmax/fmin (what the interpreter runs): NaN-ignoring, the second operand on ties, so
+        # signed zeros agree too. Written as compare+select rather than llvm.maxnum: LLVM 22's loop
+        # vectorizer miscompiles maxnum/minnum reductions (its NaN early exit drops the tail elements).
+        x, y = args
+        better = b.fcmp_ordered(">" if fn == "arith.maxnumf" else "<", x, y)
+        return b.select(b.or_(better, b.fcmp_unordered("uno", y, y)), x, y)
     if fn in _MINMAX_INTR:
         return _intrinsic(b, _MINMAX_INTR[fn], args)
     if fn in _FLOAT_UNARY_INTR:

@@ -45,3 +45,25 @@ class LanguageLowering:
             if form is not None:
                 self.aff.assume(res, form)
             self.block_arg_init[id(res)] = src
+
+    # -- shape ops -----------------------------------------------------------------------------------
+    def _tile_op(self, op: Op, name: str, attrs: dict | None = None):
+        new = self.emit(name, [self.get(o) for o in op.operands], [r.type for r in op.results], attrs or {},
+                        names=[r.name for r in op.results])
+        self.bind(op, new)
+        return new
+
+    def op_tt_join(self, op: Op) -> None:
+        self._tile_op(op, "nmp.join")
+
+    def op_tt_split(self, op: Op) -> None:
+        self._tile_op(op, "nmp.split")
+
+    def op_tt_cat(self, op: Op) -> None:
+        self._tile_op(op, "nmp.cat")
+
+    def op_tt_gather(self, op: Op) -> None:
+        self._tile_op(op, "nmp.tile_gather", {"axis": int(op.attrs.get("axis", 0))})
+
+    def op_tt_histogram(self, op: Op) -> None:
+        self._tile_op(op, "nmp.histogram", {"has_mask": len(op.operands) > 1})

@@ -656,6 +656,8 @@ def _custom_result_types(name, operands, words, consts, type_toks, attrs, n_resu
         if after and after[0] == "(":
             after = after[1:-1]
         tys = [parse_type(t) for t in after if t != ","]
+        if len(tys) == 1 and n_results > 1:  # `%a, %b = tt.split %x : A -> B`: every result is a B
+            tys = tys * n_results
         return tys
     # `A to B` (casts).
     if "to" in texts:
