@@ -201,8 +201,9 @@ class NMPBackend(BaseBackend):
         metadata["nmp_args"] = result.args
         metadata["nmp_sites"] = [s.__dict__ for s in result.sites]
         metadata["nmp_counters"] = list(result.counters)
-        metadata["nmp_spm_bytes"] = max(metadata.get("nmp_spm_bytes", 0), result.spm_bytes)
-        metadata["shared"] = metadata["nmp_spm_bytes"]
+        # The scratchpad is what the plan placed; codegen temporaries for scalars are registers on nmp.
+        metadata["nmp_spm_bytes"] = src.plan.peak_bytes
+        metadata["shared"] = src.plan.peak_bytes
         return llvm_target.optimize(result.llvm_ir, src.module.kernel.name)
 
     @staticmethod

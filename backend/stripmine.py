@@ -1,12 +1,16 @@
-"""Legalization by strip-mining: make an oversized elementwise kernel fit the scratchpad.
+"""Legalization by strip-mining: make an oversized elementwise or reducing kernel fit the scratchpad.
 
 A kernel whose tiles are all 1-D of one length N and whose tile ops are element-by-element (DMA
 loads and stores, gathers and scatters, `nmp.vec`, splats, constants, iotas) computes each element
-independently. When its scratchpad plan exceeds the budget, the tile part is rewritten as a loop over
-chunks of C elements: iotas start at the chunk's first index, DMA descriptors move their offset by
-C * stride and shrink their valid extent, every tile becomes C long. The scalar part runs once,
-before the loop. The rewrite is only attempted when it is exactly equivalent: no reductions, no
-matmul, no shape changes, no control flow, and no scalar that depends on a tile.
+independently; reductions of such tiles to scalars (`nmp.reduce` along axis 0) combine partial
+results associatively. When the scratchpad plan exceeds the budget, the tile part is rewritten to
+process chunks of C elements: iotas start at the chunk's first index, DMA descriptors move their
+offset by C * stride and shrink their valid extent, every tile becomes C long, and each reduction
+keeps a loop-carried partial result combined with its own combine region. The first chunk is peeled
+out of the loop to initialise the partials (no identity element is needed). Scalars computed before
+the tiles run once, before; scalars computed from the reductions run after. The rewrite is only
+attempted when it is exactly equivalent (up to the association order of floating-point reductions):
+no matmul, no shape changes, no control flow, and no tile that depends on a reduction's result.
 """
 
 from __future__ import annotations
@@ -15,104 +19,168 @@ from .ir import Block, Func, Op, Region, Ty, Value
 
 _ELEMENTWISE_TILE_OPS = {"nmp.dma_load", "nmp.dma_store", "nmp.gather", "nmp.scatter", "nmp.vec", "nmp.splat",
                          "nmp.const", "nmp.iota"}
+_MEMORY_OPS = ("nmp.dma_load", "nmp.dma_store", "nmp.gather", "nmp.scatter")
 I64 = Ty("i64")
 
 
-def _tile_len(func: Func) -> int | None:
-    """N if every tile in the kernel is 1-D of length N and the body is strip-mineable, else None."""
+def _partition(func: Func) -> tuple[int, list[Op], list[Op], list[Op], list[Op]] | None:
+    """(N, scalars before, tile ops, scalars after, terminator) or None when not strip-mineable."""
     n = None
+    before, tiles, after, tail = [], [], [], []
+    from_reduce: set[int] = set()
     for op in func.body.ops:
-        if op.regions or op.name.startswith("scf."):
+        if op.name == "nmp.return":
+            tail.append(op)
+            continue
+        if op.regions and op.name != "nmp.reduce" or op.name.startswith("scf."):
             return None
         vals = list(op.results) + list(op.operands)
-        tiles = [v for v in vals if v.type.is_tensor]
-        if not tiles:
-            if op.name in ("nmp.dma_load", "nmp.dma_store", "nmp.gather", "nmp.scatter"):
-                return None  # scalar memory access: keep program order simple, do not reorder
+        shaped = [v for v in vals if v.type.is_tensor]
+        depends = any(id(o) in from_reduce for o in op.operands)
+        if not shaped:
+            if depends or tiles and any(id(o) in from_reduce for o in op.operands):
+                from_reduce.update(id(r) for r in op.results)
+                after.append(op)
+            elif op.name in _MEMORY_OPS:
+                if tiles:
+                    after.append(op)  # a scalar access after the tiles: keep it after them
+                    from_reduce.update(id(r) for r in op.results)
+                else:
+                    return None  # a scalar access before the tiles would be reordered: do not
+            else:
+                before.append(op)
             continue
-        if op.name not in _ELEMENTWISE_TILE_OPS:
+        if depends:
+            return None  # a tile computed from a reduction's result (softmax): needs two passes
+        if op.name == "nmp.reduce":
+            t = op.operands[0].type
+            if len(t.shape) != 1 or op.attrs.get("axis", 0) != 0 or any(r.type.is_tensor for r in op.results):
+                return None
+            if any(inner.regions for inner in op.regions[0].block.ops):
+                return None
+            from_reduce.update(id(r) for r in op.results)
+        elif op.name not in _ELEMENTWISE_TILE_OPS or any(not r.type.is_tensor for r in op.results):
             return None
-        for t in tiles:
+        for t in shaped:
             if len(t.type.shape) != 1 or (n is not None and t.type.shape[0] != n):
                 return None
             n = t.type.shape[0]
-        if any(not r.type.is_tensor for r in op.results):
-            return None  # a scalar computed from tiles
-    return n
+        if after:
+            return None  # tiles after scalars that depend on reductions: keep program order simple
+        tiles.append(op)
+    if n is None or not tiles:
+        return None
+    return n, before, tiles, after, tail
+
+
+class _Emitter:
+    def __init__(self, loc) -> None:
+        self.ops: list[Op] = []
+        self.loc = loc
+        self.count = 0
+
+    def op(self, name: str, operands: list[Value], result_types: list[Ty], attrs: dict,
+           regions: list[Region] | None = None) -> Op:
+        op = Op(name, operands, [], attrs, list(regions or []), self.loc)
+        for t in result_types:
+            self.count += 1
+            op.results.append(Value(f"s{self.count}", t, op))
+        self.ops.append(op)
+        return op
+
+    def const(self, value, ty: Ty = I64) -> Value:
+        return self.op("arith.constant", [], [ty], {"value": value}).result
+
+
+def _emit_chunk(em: _Emitter, tiles: list[Op], base: Value, chunk: int, remap: dict[int, Value]) -> None:
+    """Clone the tile ops for the chunk starting at element `base` (i64)."""
+    for op in tiles:
+        operands = [remap.get(id(o), o) for o in op.operands]
+        attrs = dict(op.attrs)
+        if op.name == "nmp.iota":
+            rt = op.result.type.with_shape((chunk,))
+            idx = em.op("nmp.iota", [], [rt], attrs)
+            start = base if rt.elem == "i64" else em.op("arith.trunci", [base], [Ty(rt.elem)], {}).result
+            sp = em.op("nmp.splat", [start], [rt], {})
+            new = em.op("nmp.vec", [idx.result, sp.result], [rt], {"fn": "arith.addi"})
+        elif op.name in ("nmp.dma_load", "nmp.dma_store"):
+            stride, bound = operands[2], operands[3]
+            off = em.op("arith.addi", [operands[1], em.op("arith.muli", [base, stride], [I64], {}).result], [I64], {})
+            left = em.op("arith.subi", [bound, base], [I64], {})
+            new = em.op(op.name, [operands[0], off.result, stride, left.result] + operands[4:],
+                        [r.type.with_shape((chunk,)) for r in op.results], attrs)
+        elif op.name == "nmp.reduce":
+            new = em.op("nmp.reduce", operands, [r.type for r in op.results], attrs, op.regions)
+        else:
+            new = em.op(op.name, operands, [r.type.with_shape((chunk,)) if r.type.is_tensor else r.type
+                                            for r in op.results], attrs)
+        new.loc = op.loc
+        for r, nr in zip(op.results, new.results):
+            remap[id(r)] = nr
+
+
+def _combine(em: _Emitter, reduce_op: Op, accs: list[Value], vals: list[Value]) -> list[Value]:
+    """Inline the reduction's combine region on (partial, chunk result) scalars."""
+    block = reduce_op.regions[0].block
+    local = {id(a): v for a, v in zip(block.args, accs + vals)}
+    out: list[Value] = []
+    for inner in block.ops:
+        if inner.name == "nmp.yield":
+            out = [local.get(id(o), o) for o in inner.operands]
+            break
+        new = em.op(inner.name, [local.get(id(o), o) for o in inner.operands], [r.type for r in inner.results],
+                    dict(inner.attrs))
+        new.loc = inner.loc
+        for r, nr in zip(inner.results, new.results):
+            local[id(r)] = nr
+    return out
 
 
 def strip_mine(func: Func, chunk: int) -> bool:
     """Rewrite `func` in place to process its tiles in chunks of `chunk` elements; False if not legal."""
-    n = _tile_len(func)
-    if n is None or chunk >= n or n % chunk:
+    parts = _partition(func)
+    if parts is None:
         return False
-    scalar_ops, tile_ops, tail = [], [], []
-    for op in func.body.ops:
-        if op.name == "nmp.return":
-            tail.append(op)
-        elif any(v.type.is_tensor for v in list(op.results) + list(op.operands)):
-            tile_ops.append(op)
-        else:
-            scalar_ops.append(op)
-    loc = tile_ops[0].loc if tile_ops else func.loc
-    new_ops: list[Op] = list(scalar_ops)
-
-    def const(value, ty=I64) -> Value:
-        op = Op("arith.constant", [], [Value(f"c{value}", ty)], {"value": value}, [], loc)
-        op.results[0].owner = op
-        new_ops.append(op)
-        return op.result
-
-    zero, count, one = const(0), const(n // chunk), const(1)
+    n, before, tiles, after, tail = parts
+    if chunk >= n or n % chunk:
+        return False
+    reduces = [op for op in tiles if op.name == "nmp.reduce"]
+    loc = tiles[0].loc
+    em = _Emitter(loc)
+    em.ops.extend(before)
+    # chunk 0, peeled: its reductions initialise the partial results
+    first: dict[int, Value] = {}
+    _emit_chunk(em, tiles, em.const(0), chunk, first)
+    inits = [first[id(r)] for op in reduces for r in op.results]
+    lb, ub, step = em.const(1), em.const(n // chunk), em.const(1)
     body = Block()
     k = body.add_arg("chunk", I64)
+    carried = [body.add_arg(f"partial{i}", v.type) for i, v in enumerate(inits)]
+    inner = _Emitter(loc)
+    inner.count = em.count
+    base = inner.op("arith.muli", [k, inner.const(chunk)], [I64], {}).result
     remap: dict[int, Value] = {}
-    emitted: list[Op] = []
-
-    def emit(name, operands, result_types, attrs):
-        op = Op(name, operands, [Value(f"s{len(emitted)}", t) for t in result_types], attrs, [], loc)
+    _emit_chunk(inner, tiles, base, chunk, remap)
+    yields: list[Value] = []
+    pos = 0
+    for op in reduces:
+        m = len(op.results)
+        accs = carried[pos:pos + m]
+        yields += _combine(inner, op, accs, [remap[id(r)] for r in op.results])
+        pos += m
+    inner.op("scf.yield", yields, [], {})
+    body.ops = inner.ops
+    em.count = inner.count
+    loop = em.op("scf.for", [lb, ub, step, *inits], [v.type for v in inits], {"strip_mined": chunk}, [Region([body])])
+    final: dict[int, Value] = {}
+    pos = 0
+    for op in reduces:
         for r in op.results:
-            r.owner = op
-        emitted.append(op)
-        return op
-
-    first = emit("arith.muli", [k, None], [I64], {})  # placeholder operand filled below
-    c_chunk = Op("arith.constant", [], [Value(f"c{chunk}", I64)], {"value": chunk}, [], loc)
-    c_chunk.results[0].owner = c_chunk
-    emitted.insert(0, c_chunk)
-    first.operands[1] = c_chunk.result
-    base = first.result  # first element index of this chunk
-
-    def ty(t: Ty) -> Ty:
-        return t.with_shape((chunk,))
-
-    for op in tile_ops:
-        operands = [remap.get(id(o), o) for o in op.operands]
-        attrs = dict(op.attrs)
-        if op.name == "nmp.iota":
-            idx = emit("nmp.iota", [], [ty(op.result.type)], attrs)
-            start = base
-            if op.result.type.elem != "i64":
-                start = emit("arith.trunci", [base], [Ty(op.result.type.elem)], {}).result
-            sp = emit("nmp.splat", [start], [ty(op.result.type)], {})
-            new = emit("nmp.vec", [idx.result, sp.result], [ty(op.result.type)], {"fn": "arith.addi"})
-        elif op.name in ("nmp.dma_load", "nmp.dma_store"):
-            # operands: root, offset, stride, bound, [guard], [other|value]
-            stride, bound = operands[2], operands[3]
-            shift = emit("arith.muli", [base, stride], [I64], {})
-            off = emit("arith.addi", [operands[1], shift.result], [I64], {})
-            left = emit("arith.subi", [bound, base], [I64], {})
-            operands = [operands[0], off.result, stride, left.result] + operands[4:]
-            new = emit(op.name, operands, [ty(r.type) for r in op.results], attrs)
-        else:
-            new = emit(op.name, operands, [ty(r.type) for r in op.results], attrs)
-        new.loc = op.loc
-        for r, nr in zip(op.results, new.results):
-            remap[id(r)] = nr
-    emitted.append(Op("scf.yield", [], [], {}, [], loc))
-    body.ops = emitted
-    loop = Op("scf.for", [zero, count, one], [], {"strip_mined": chunk}, [Region([body])], loc)
-    new_ops.append(loop)
-    new_ops.extend(tail)
-    func.body.ops = new_ops
+            final[id(r)] = loop.results[pos]
+            pos += 1
+    for op in after:
+        op.operands = [final.get(id(o), o) for o in op.operands]
+        em.ops.append(op)
+    em.ops.extend(tail)
+    func.body.ops = em.ops
     return True

@@ -24,11 +24,19 @@ def test_plan_reuses_dead_buffers_and_reports_peak():
 
 def test_kernel_over_the_budget_is_refused_at_compile_time_with_live_buffers():
     n = 1 << 17
-    x, out = torch.randn(n), torch.empty(1)
+    x, out = torch.randn(n), torch.empty(n)
     with pytest.raises(NMPCompilationError, match=r"(?s)scratchpad overflow: the kernel needs 524288 bytes.*"
                        r"has 262144 bytes.*%x_?\d*: tile<131072xf32> 524288 B .*pipeline_kernels\.py:.*"
                        r"Use smaller BLOCK_\* sizes or fewer num_stages"):
-        pk.big_sum_kernel[(1,)](x, out, n, BLOCK=1 << 17)
+        pk.big_center_kernel[(1,)](x, out, n, BLOCK=1 << 17)
+
+
+def test_oversized_reduction_is_strip_mined_with_partial_results():
+    n = (1 << 17) - 77
+    x, out = torch.randn(n), torch.empty(1)
+    k = pk.big_sum_kernel[(1,)](x, out, n, BLOCK=1 << 17)
+    torch.testing.assert_close(out[0], (x * x).sum(), rtol=1e-4, atol=1e-3)
+    assert k.metadata.shared <= 262144 and "strip_mined" in k.asm["nmpir"]
 
 
 def test_oversized_elementwise_kernel_is_strip_mined_to_fit():
@@ -63,7 +71,7 @@ def test_legality_query_prunes_oversized_configs_fast():
     t0 = time.perf_counter()
     small = check_config(pk.big_add_kernel, args, triton.Config({"BLOCK": 1024}))
     cold = time.perf_counter() - t0
-    big = check_config(pk.big_sum_kernel, dict(x_ptr=x, out_ptr=out, n=n), {"BLOCK": 1 << 17})
+    big = check_config(pk.big_center_kernel, dict(x_ptr=x, out_ptr=out, n=n), {"BLOCK": 1 << 17})
     mined = check_config(pk.big_add_kernel, args, {"BLOCK": 1 << 17})
     assert small.legal and small.spm_peak_bytes == 8192
     assert not big.legal and "scratchpad overflow: needs 524288 bytes" in big.reason
