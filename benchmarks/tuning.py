@@ -38,7 +38,7 @@ def run(quick: bool, top_frac: float, only: list[str] | None) -> int:
         t0 = time.perf_counter()
         simulated = [ts.simulate(case, c) for c in legal]
         t_exhaustive = time.perf_counter() - t0
-        k = max(1, math.ceil(top_frac * len(legal)))
+        k = max(1, int(top_frac * len(legal)))  # like Triton's top_k: rounds down, at least one
         ranked = sorted(range(len(legal)), key=lambda i: predicted[i])[:k]
         pick = min(ranked, key=lambda i: simulated[i])
         best = min(range(len(legal)), key=lambda i: simulated[i])
