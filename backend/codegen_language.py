@@ -11,6 +11,8 @@ from .codegen_scalar import I1, I32, I64, storage_type
 from .ir import Op, Value
 
 STATUS_ASSERT = 2
+EV_VEC = 5
+DTYPE_CODES = {"f32": 0, "f16": 1, "bf16": 2, "f64": 3, "i8": 4, "i16": 5, "i32": 6, "i64": 7, "i1": 8, "ptr": 7}
 
 
 def _i64(x: int) -> ir.Constant:
@@ -47,6 +49,33 @@ class LanguageCodegen:
         self.sites[idx].msg = msg
         return idx
 
+    @property
+    def _timing(self) -> bool:
+        """True while emitting the timing-only variant (no tile data is computed)."""
+        return bool(getattr(self, "timing_only", False))
+
+    def _charge(self, n: int, elem: str, reduce_like: bool = False) -> None:
+        """Account n elements of vector-unit work (counter and trace record), like the core's tile ops."""
+        self.count("vec_elems", _i64(n))
+        self.trace(EV_VEC, [n, 1 if reduce_like else 0, DTYPE_CODES.get(elem, 0)])
+
+    def _dummy_scalars(self, op: Op) -> None:
+        for r in op.results:
+            if not r.type.is_tensor:
+                self.vals[id(r)] = _zero(r.type)
+
+    def _combine(self, region_block, accs: list[ir.Value], vals: list[ir.Value]) -> list[ir.Value]:
+        """Inline a reduce/scan combine region on scalars; returns the yielded values."""
+        for arg, v in zip(region_block.args, list(accs) + list(vals)):
+            self.vals[id(arg)] = v
+        out = None
+        for inner in region_block.ops:
+            if inner.name == "nmp.yield":
+                out = [self.scalar(o) for o in inner.operands]
+            else:
+                self.emit_block([inner])
+        return out
+
     def _elem(self, v: Value, i: ir.Value) -> ir.Value:
         """Element i of a tile, or the scalar itself (compute representation)."""
         return self.load_elem(v, i) if v.type.is_tensor else self.scalar(v)
@@ -56,6 +85,9 @@ class LanguageCodegen:
         a, c = op.operands
         r = op.result
         b = self.b
+        self._charge(r.type.numel, r.type.elem)
+        if self._timing:
+            return
 
         def body(i):
             self._raw_copy(r, b.mul(i, _i64(2)), a, i)
@@ -71,6 +103,10 @@ class LanguageCodegen:
         (x,) = op.operands
         r0, r1 = op.results
         b = self.b
+        self._charge(x.type.numel, x.type.elem)
+        if self._timing:
+            self._dummy_scalars(op)
+            return
         if not r0.type.is_tensor:
             self.vals[id(r0)] = self.load_elem(x, _i64(0))
             self.vals[id(r1)] = self.load_elem(x, _i64(1))
@@ -86,6 +122,9 @@ class LanguageCodegen:
         a, c = op.operands
         r = op.result
         b = self.b
+        self._charge(r.type.numel, r.type.elem)
+        if self._timing:
+            return
         na = a.type.numel
         self.loop(na, lambda i: self._raw_copy(r, i, a, i))
         self.loop(c.type.numel, lambda i: self._raw_copy(r, b.add(i, _i64(na)), c, i))
@@ -100,6 +139,9 @@ class LanguageCodegen:
         r_strides = _row_major(r.type.shape)
         n_axis = sshape[axis]
         site = self._assert_site(op, f"tl.gather index out of range [0, {n_axis}) along axis {axis}")
+        self._charge(r.type.numel, r.type.elem)
+        if self._timing:
+            return
 
         def body(ix):
             flat = self._flat_idx(ix, r_strides)
@@ -119,6 +161,9 @@ class LanguageCodegen:
         r = op.result
         nbins = r.type.numel
         b = self.b
+        self._charge(x.type.numel, "i32", reduce_like=True)
+        if self._timing:
+            return
         st = storage_type(r.type)
         zero = ir.Constant(st, 0)
         self.loop(nbins, lambda i: b.store(zero, b.gep(self.buffer(r), [i])))
@@ -134,6 +179,76 @@ class LanguageCodegen:
                 b.store(b.add(b.load(p), ir.Constant(st, 1)), p)
 
         self.loop(x.type.numel, body)
+
+
+    # -- scans -----------------------------------------------------------------------------------------
+    def op_nmp_scan(self, op: Op) -> None:
+        """Inclusive scan along `axis` with the op's combine region (several operands scan together);
+        `reverse` scans from the end: out[n-1] = x[n-1], out[k] = combine(out[k+1], x[k])."""
+        inputs = op.operands
+        shape = inputs[0].type.shape
+        axis = op.attrs["axis"]
+        reverse = bool(op.attrs.get("reverse", False))
+        outer, n = _prod(shape[:axis]), shape[axis]
+        inner = _prod(shape[axis + 1:])
+        region = op.regions[0].block
+        b = self.b
+        self._charge(_prod(shape), inputs[0].type.elem, reduce_like=True)
+        if self._timing:
+            return
+
+        def at(o, k, i):
+            return b.add(b.add(b.mul(o, _i64(n * inner)), b.mul(k, _i64(inner))), i)
+
+        def position(o, i):
+            first = _i64(n - 1 if reverse else 0)
+            accs = []
+            for x, r in zip(inputs, op.results):
+                v = self.load_elem(x, at(o, first, i))
+                self.store_elem(r, at(o, first, i), v)
+                accs.append(v)
+            pre = b.block
+            hdr = self.fn.append_basic_block("scan")
+            body = self.fn.append_basic_block("scan_body")
+            done = self.fn.append_basic_block("scan_end")
+            b.branch(hdr)
+            b.position_at_end(hdr)
+            kphi = b.phi(I64)
+            kphi.add_incoming(_i64(1), pre)
+            phis = []
+            for v in accs:
+                p = b.phi(v.type)
+                p.add_incoming(v, pre)
+                phis.append(p)
+            b.cbranch(b.icmp_signed("<", kphi, _i64(n)), body, done)
+            b.position_at_end(body)
+            k = b.sub(_i64(n - 1), kphi) if reverse else kphi
+            vals = [self.load_elem(x, at(o, k, i)) for x in inputs]
+            new = self._combine(region, phis, vals)
+            for r, v in zip(op.results, new):
+                self.store_elem(r, at(o, k, i), v)
+            latch = b.block
+            kphi.add_incoming(b.add(kphi, _i64(1)), latch)
+            for p, v in zip(phis, new):
+                p.add_incoming(v, latch)
+            b.branch(hdr)
+            b.position_at_end(done)
+
+        self.loop(outer, lambda o: self.loop(inner, lambda i: position(o, i)))
+
+
+def _prod(xs) -> int:
+    p = 1
+    for x in xs:
+        p *= x
+    return p
+
+
+def _zero(t) -> ir.Constant:
+    from .codegen_scalar import compute_type
+
+    ct = compute_type(t)
+    return ir.Constant(ct, 0 if isinstance(ct, ir.IntType) else 0.0)
 
 
 __all__ = ["LanguageCodegen", "I1", "I32"]

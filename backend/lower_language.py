@@ -67,3 +67,7 @@ class LanguageLowering:
 
     def op_tt_histogram(self, op: Op) -> None:
         self._tile_op(op, "nmp.histogram", {"has_mask": len(op.operands) > 1})
+
+    # -- scans -----------------------------------------------------------------------------------------
+    def op_tt_scan(self, op: Op) -> None:
+        self._reduce_like(op, "nmp.scan")
