@@ -11,7 +11,7 @@ from .codegen_scalar import I1, I32, I64, storage_type
 from .ir import Op, Value
 
 STATUS_ASSERT = 2
-EV_VEC = 5
+EV_VEC, EV_MATMUL = 5, 6
 DTYPE_CODES = {"f32": 0, "f16": 1, "bf16": 2, "f64": 3, "i8": 4, "i16": 5, "i32": 6, "i64": 7, "i1": 8, "ptr": 7}
 
 
@@ -180,6 +180,63 @@ class LanguageCodegen:
 
         self.loop(x.type.numel, body)
 
+
+    # -- batched / f64 dot ---------------------------------------------------------------------------------
+    def op_nmp_bmatmul(self, op: Op) -> None:
+        """C[b] = A[b] @ B[b] + acc[b] for 2-D or 3-D tiles, accumulating in registers in the result's
+        compute type (f32 for f16/bf16/f32, f64, or the integer type for int8/int32 dots)."""
+        a, bm, acc = op.operands
+        r = op.result
+        shape = r.type.shape
+        batch = shape[0] if len(shape) == 3 else 1
+        m, n = shape[-2:]
+        k = a.type.shape[-1]
+        b = self.b
+        from .codegen_scalar import compute_type
+
+        ct = compute_type(r.type)
+        is_int = isinstance(ct, ir.IntType)
+        self.count("macs", _i64(batch * m * n * k))
+        for _ in range(1):
+            self.trace(EV_MATMUL, [m * batch, n, k, DTYPE_CODES.get(a.type.elem, 0)])
+        if self._timing:
+            return
+
+        def widen(v):
+            if is_int:
+                return b.sext(v, ct) if v.type.width < ct.width else v
+            return b.fpext(v, ct) if v.type != ct else v
+
+        def cell(bi, i, j):
+            oi = b.add(b.add(b.mul(bi, _i64(m * n)), b.mul(i, _i64(n))), j)
+            start = widen(self.load_elem(acc, oi)) if acc.type.is_tensor else widen(self.scalar(acc))
+            pre = b.block
+            hdr = self.fn.append_basic_block("dot_k")
+            body = self.fn.append_basic_block("dot_body")
+            done = self.fn.append_basic_block("dot_end")
+            b.branch(hdr)
+            b.position_at_end(hdr)
+            kk = b.phi(I64)
+            kk.add_incoming(_i64(0), pre)
+            s = b.phi(ct)
+            s.add_incoming(start, pre)
+            b.cbranch(b.icmp_signed("<", kk, _i64(k)), body, done)
+            b.position_at_end(body)
+            av = widen(self.load_elem(a, b.add(b.add(b.mul(bi, _i64(m * k)), b.mul(i, _i64(k))), kk)))
+            bv = widen(self.load_elem(bm, b.add(b.add(b.mul(bi, _i64(k * n)), b.mul(kk, _i64(n))), j)))
+            if is_int:
+                nxt = b.add(s, b.mul(av, bv))
+            else:
+                from .codegen_scalar import _intrinsic
+
+                nxt = _intrinsic(b, "fma", [av, bv, s])
+            kk.add_incoming(b.add(kk, _i64(1)), b.block)
+            s.add_incoming(nxt, b.block)
+            b.branch(hdr)
+            b.position_at_end(done)
+            self.store_elem(r, oi, s)
+
+        self.loop_nest((batch, m, n), lambda ix: cell(*ix))
 
     # -- scans -----------------------------------------------------------------------------------------
     def op_nmp_scan(self, op: Op) -> None:

@@ -71,3 +71,13 @@ class LanguageLowering:
     # -- scans -----------------------------------------------------------------------------------------
     def op_tt_scan(self, op: Op) -> None:
         self._reduce_like(op, "nmp.scan")
+
+    # -- dot -------------------------------------------------------------------------------------------
+    def op_tt_dot(self, op: Op) -> None:
+        """2-D dots of f32/f16/bf16/int8 go to the core's `nmp.matmul`; batched (3-D) and f64 dots to
+        `nmp.bmatmul`. `input_precision` (tf32, tf32x3, bf16x3, ...) is accepted and computed in full
+        precision, like the interpreter."""
+        res = op.results[0]
+        attrs = {k: v for k, v in op.attrs.items() if k in ("inputPrecision", "maxNumImpreciseAcc")}
+        simple = len(res.type.shape) == 2 and "f64" not in (res.type.elem, op.operands[0].type.elem)
+        self._tile_op(op, "nmp.matmul" if simple else "nmp.bmatmul", attrs)
