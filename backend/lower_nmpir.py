@@ -238,7 +238,12 @@ class Lowering(LanguageLowering):
             ok = c if ok is None else self.emit("arith.andi", [ok, c], [I1]).result
         return ok
 
-    def _structured(self, ptr: Value, mask: Value | None, shape: tuple[int, ...]):
+    def _descriptor(self, ptr: Value, mask: Value | None, shape: tuple[int, ...]) -> tuple[list[Value], dict] | None:
+        """Operands and attributes of a structured DMA descriptor for `ptr` under `mask`, or None when
+        pointer or mask analysis fails (the caller falls back to gather/scatter)."""
+        if ptr.type.is_ptr and ptr.type.pointee and ptr.type.pointee.startswith("tensor<"):
+            raise self.error("block pointers (tl.make_block_ptr) are not supported on nmp yet",
+                             "use a tensor of pointers")
         form = self.aff(ptr)
         if form is None or form.root is None:
             return None
@@ -249,7 +254,19 @@ class Lowering(LanguageLowering):
         strides = [self.sexpr(s) for s in form.strides]
         bounds = [self.sexpr(b) if b is not None else self.const(n) for b, n in zip(box.bounds, shape)]
         guard = self._guard(box)
-        return form.root, offset, strides, bounds, guard
+        operands = [self.get(form.root), offset, *strides, *bounds]
+        attrs = {"rank": len(shape), "arg": form.root.name}
+        if guard is not None:
+            operands.append(guard)
+            attrs["guarded"] = True
+        return operands, attrs
+
+    def _root_checked(self, ptr: Value, what: str) -> Value:
+        root = self.root_of(ptr)
+        if root is None:
+            raise self.error(f"cannot tell which kernel argument this {what}",
+                             "pointers must derive from a pointer argument of the kernel")
+        return root
 
     def other_value(self, other: Value) -> Value:
         """`other` of a masked load: a splat constant becomes a scalar (no scratchpad tile for padding)."""
@@ -265,61 +282,29 @@ class Lowering(LanguageLowering):
         mask = op.operands[1] if len(op.operands) > 1 else None
         other = op.operands[2] if len(op.operands) > 2 else None
         r = op.results[0]
-        shape = r.type.shape
-        if ptr.type.is_ptr and ptr.type.pointee and ptr.type.pointee.startswith("tensor<"):
-            raise self.error("block pointers (tl.make_block_ptr) are not supported on nmp yet",
-                             "use a tensor of pointers")
-        st = self._structured(ptr, mask, shape)
-        if st is not None:
-            root, offset, strides, bounds, guard = st
-            operands = [self.get(root), offset, *strides, *bounds]
-            attrs = {"rank": len(shape), "arg": root.name}
-            if guard is not None:
-                operands.append(guard)
-                attrs["guarded"] = True
-            if other is not None:
-                operands.append(self.other_value(other))
-                attrs["has_other"] = True
-            new = self.emit("nmp.dma_load", operands, [r.type], attrs, names=[r.name])
-            self.bind(op, new)
-            return
-        root = self.root_of(ptr)
-        if root is None:
-            raise self.error("cannot tell which kernel argument this load reads from",
-                             "pointers must derive from a pointer argument of the kernel")
-        operands = [self.get(root), self.get(ptr)]
-        attrs = {"arg": root.name}
-        if mask is not None:
-            operands.append(self.get(mask))
-            attrs["has_mask"] = True
+        desc = self._descriptor(ptr, mask, r.type.shape)
+        if desc is not None:
+            name, (operands, attrs) = "nmp.dma_load", desc
+        else:
+            root = self._root_checked(ptr, "load reads from")
+            name, operands, attrs = "nmp.gather", [self.get(root), self.get(ptr)], {"arg": root.name}
+            if mask is not None:
+                operands.append(self.get(mask))
+                attrs["has_mask"] = True
         if other is not None:
             operands.append(self.other_value(other))
             attrs["has_other"] = True
-        new = self.emit("nmp.gather", operands, [r.type], attrs, names=[r.name])
-        self.bind(op, new)
+        self.bind(op, self.emit(name, operands, [r.type], attrs, names=[r.name]))
 
     def op_tt_store(self, op: Op) -> None:
         ptr, value = op.operands[0], op.operands[1]
         mask = op.operands[2] if len(op.operands) > 2 else None
-        shape = value.type.shape
-        if ptr.type.is_ptr and ptr.type.pointee and ptr.type.pointee.startswith("tensor<"):
-            raise self.error("block pointers (tl.make_block_ptr) are not supported on nmp yet",
-                             "use a tensor of pointers")
-        st = self._structured(ptr, mask, shape)
-        if st is not None:
-            root, offset, strides, bounds, guard = st
-            operands = [self.get(root), offset, *strides, *bounds]
-            attrs = {"rank": len(shape), "arg": root.name}
-            if guard is not None:
-                operands.append(guard)
-                attrs["guarded"] = True
-            operands.append(self.get(value))
-            self.emit("nmp.dma_store", operands, [], attrs)
+        desc = self._descriptor(ptr, mask, value.type.shape)
+        if desc is not None:
+            operands, attrs = desc
+            self.emit("nmp.dma_store", operands + [self.get(value)], [], attrs)
             return
-        root = self.root_of(ptr)
-        if root is None:
-            raise self.error("cannot tell which kernel argument this store writes to",
-                             "pointers must derive from a pointer argument of the kernel")
+        root = self._root_checked(ptr, "store writes to")
         operands = [self.get(root), self.get(ptr), self.get(value)]
         attrs = {"arg": root.name}
         if mask is not None:

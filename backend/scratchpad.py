@@ -195,13 +195,19 @@ class _Liveness:
         return v
 
 
-def _elementwise_in_place(lv: _Liveness) -> None:
-    """An elementwise op may write its result over an operand whose last use it is (same bytes):
-    every element is read before the same element is written."""
+def _root_ends(lv: _Liveness) -> dict[int, int]:
+    """Last use of every buffer (root value), over all the values that alias it."""
     ends: dict[int, int] = {}
     for key, v in lv.values.items():
         rk = id(lv.root(v))
         ends[rk] = max(ends.get(rk, 0), lv.last_use.get(key, lv.def_time[key]))
+    return ends
+
+
+def _elementwise_in_place(lv: _Liveness) -> None:
+    """An elementwise op may write its result over an operand whose last use it is (same bytes):
+    every element is read before the same element is written."""
+    ends = _root_ends(lv)
     for op, t in lv.vec_ops:
         r = op.result
         if id(r) in lv.alias or not r.type.is_tensor:
@@ -221,10 +227,7 @@ def _elementwise_in_place(lv: _Liveness) -> None:
 
 def _loop_init_in_place(lv: _Liveness) -> None:
     """A loop-carried tile starts in its initial value's buffer when the loop is that value's last use."""
-    ends: dict[int, int] = {}
-    for key, v in lv.values.items():
-        rk = id(lv.root(v))
-        ends[rk] = max(ends.get(rk, 0), lv.last_use.get(key, lv.def_time[key]))
+    ends = _root_ends(lv)
     for op, t in lv.for_ops:
         for init, barg in zip(op.operands[3:], op.regions[0].block.args[1:]):
             if not barg.type.is_tensor or id(barg) in lv.alias or tile_bytes(init) != tile_bytes(barg):
