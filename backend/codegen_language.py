@@ -10,8 +10,8 @@ from llvmlite import ir
 from .codegen_scalar import I1, I32, I64, storage_type
 from .ir import Op, Value
 
-STATUS_ASSERT = 2
-EV_VEC, EV_MATMUL = 5, 6
+STATUS_OOB, STATUS_ASSERT = 1, 2
+EV_GATHER, EV_SCATTER, EV_VEC, EV_MATMUL = 3, 4, 5, 6
 DTYPE_CODES = {"f32": 0, "f16": 1, "bf16": 2, "f64": 3, "i8": 4, "i16": 5, "i32": 6, "i64": 7, "i1": 8, "ptr": 7}
 
 
@@ -237,6 +237,88 @@ class LanguageCodegen:
             self.store_elem(r, oi, s)
 
         self.loop_nest((batch, m, n), lambda ix: cell(*ix))
+
+    # -- atomics -------------------------------------------------------------------------------------------
+    _ATOMIC_LABEL = {"add": "tl.atomic_add", "fadd": "tl.atomic_add", "max": "tl.atomic_max", "umax": "tl.atomic_max",
+                     "min": "tl.atomic_min", "umin": "tl.atomic_min", "and": "tl.atomic_and", "or": "tl.atomic_or",
+                     "xor": "tl.atomic_xor", "exch": "tl.atomic_xchg", "xchg": "tl.atomic_xchg", "cas": "tl.atomic_cas"}
+
+    def _atomic_update(self, kind: str, old: ir.Value, v: ir.Value, ty) -> ir.Value:
+        b = self.b
+        from .codegen_scalar import _intrinsic, round_to
+
+        if kind == "fadd":
+            return round_to(b, b.fadd(old, v), ty)
+        if kind == "add":
+            return b.add(old, v)
+        if kind in ("and", "or", "xor"):
+            return getattr(b, {"and": "and_", "or": "or_", "xor": "xor"}[kind])(old, v)
+        if kind in ("exch", "xchg"):
+            return v
+        if kind in ("max", "min", "umax", "umin"):
+            if isinstance(old.type, ir.IntType):
+                name = {"max": "smax", "min": "smin", "umax": "umax", "umin": "umin"}[kind]
+                return _intrinsic(b, name, [old, v])
+            return _intrinsic(b, "maxnum" if kind == "max" else "minnum", [old, v])
+        raise NotImplementedError(f"atomic operation '{kind}'")
+
+    def op_nmp_atomic(self, op: Op) -> None:
+        kind = op.attrs["kind"]
+        root, ptrs = op.operands[0], op.operands[1]
+        if kind == "cas":
+            cmp, val, mask = op.operands[2], op.operands[3], None
+        else:
+            cmp, val = None, op.operands[2]
+            mask = op.operands[3] if op.attrs.get("has_mask") else None
+        r = op.result
+        b = self.b
+        st = storage_type(r.type)
+        from .codegen import _elem_size
+
+        esize = _elem_size(r.type)
+        index, base, span = self.arg_info[id(root)]
+        site = self.site(op, root.name)
+        self.sites[site].op = self._ATOMIC_LABEL.get(kind, "tl.atomic_" + kind)
+        n = r.type.numel if r.type.is_tensor else 1
+        scalar = not r.type.is_tensor
+        tile = Value(r.name + "_old", r.type.with_shape((1,))) if scalar else r
+        from .codegen_scalar import to_compute, to_storage
+
+        def body(i):
+            m = self._elem(mask, i) if mask is not None else ir.Constant(I1, 1)
+            with b.if_else(m) as (then, otherwise):
+                with then:
+                    addr = self._elem(ptrs, i)
+                    off = b.sub(addr, base)
+                    bad = b.or_(b.icmp_signed("<", off, _i64(0)), b.icmp_signed(">", b.add(off, _i64(esize)), span))
+                    self.fail_if(bad, STATUS_OOB, site, index, off, b.add(off, _i64(esize)))
+                    p = b.inttoptr(addr, st.as_pointer())
+                    old = to_compute(b, b.load(p), r.type)
+                    v = self._elem(val, i)
+                    if kind == "cas":
+                        c = self._elem(cmp, i)
+                        if isinstance(old.type, ir.IntType):
+                            eq = b.icmp_signed("==", old, c)
+                        else:  # compare the stored bits, like the hardware
+                            ity = ir.IntType(esize * 8)
+                            eq = b.icmp_signed("==", b.bitcast(b.load(p), ity),
+                                               b.bitcast(to_storage(b, c, r.type), ity))
+                        new = b.select(eq, v, old)
+                    else:
+                        new = self._atomic_update(kind, old, v, r.type)
+                    b.store(to_storage(b, new, r.type), p)
+                    self.store_elem(tile, i, old)
+                with otherwise:
+                    b.store(ir.Constant(st, 0), b.gep(self.buffer(tile), [i]))
+
+        if not self._timing:
+            self.loop(n, body)
+        self.count("gather_elems", _i64(n))
+        self.count("scatter_elems", _i64(n))
+        self.trace(EV_GATHER, [index, 0, n, esize, span])
+        self.trace(EV_SCATTER, [index, 0, n, esize, span])
+        if scalar:
+            self.vals[id(r)] = _zero(r.type) if self._timing else self.load_elem(tile, _i64(0))
 
     # -- scans -----------------------------------------------------------------------------------------
     def op_nmp_scan(self, op: Op) -> None:

@@ -81,3 +81,34 @@ class LanguageLowering:
         attrs = {k: v for k, v in op.attrs.items() if k in ("inputPrecision", "maxNumImpreciseAcc")}
         simple = len(res.type.shape) == 2 and "f64" not in (res.type.elem, op.operands[0].type.elem)
         self._tile_op(op, "nmp.matmul" if simple else "nmp.bmatmul", attrs)
+
+    # -- atomics ---------------------------------------------------------------------------------------
+    def _atomic_root(self, op: Op, what: str):
+        root = self.root_of(op.operands[0])
+        if root is None:
+            raise self.error(f"cannot tell which kernel argument this {what} updates",
+                             "pointers must derive from a pointer argument of the kernel")
+        return root
+
+    def op_tt_atomic_rmw(self, op: Op) -> None:
+        """`tl.atomic_*`: every program runs to completion in turn on the simulator, so an atomic is a
+        checked read-modify-write per element, in element order; the result is the old values."""
+        kind = (op.attrs.get("_words") or ["?"])[0]
+        root = self._atomic_root(op, f"atomic {kind}")
+        ptr, val = op.operands[0], op.operands[1]
+        operands = [self.get(root), self.get(ptr), self.get(val)]
+        attrs = {"kind": kind, "arg": root.name}
+        if len(op.operands) > 2:
+            operands.append(self.get(op.operands[2]))
+            attrs["has_mask"] = True
+        res = op.results[0]
+        new = self.emit("nmp.atomic", operands, [res.type], attrs, names=[res.name])
+        self.bind(op, new)
+
+    def op_tt_atomic_cas(self, op: Op) -> None:
+        root = self._atomic_root(op, "atomic_cas")
+        ptr, cmp, val = op.operands
+        res = op.results[0]
+        new = self.emit("nmp.atomic", [self.get(root), self.get(ptr), self.get(cmp), self.get(val)], [res.type],
+                        {"kind": "cas", "arg": root.name}, names=[res.name])
+        self.bind(op, new)
