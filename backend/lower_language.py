@@ -112,3 +112,50 @@ class LanguageLowering:
         new = self.emit("nmp.atomic", [self.get(root), self.get(ptr), self.get(cmp), self.get(val)], [res.type],
                         {"kind": "cas", "arg": root.name}, names=[res.name])
         self.bind(op, new)
+
+    # -- unstructured control flow (early returns) -------------------------------------------------------
+    def _cfg_target(self, label: str):
+        blocks = getattr(self.func, "cfg_blocks", {}) or {}
+        if label not in blocks:
+            raise self.error(f"branch to unknown block {label}")
+        return blocks[label]
+
+    def _enter_block(self, label: str, args: list) -> object:
+        """Bind a successor block's arguments to the branch operands; returns the TTIR block."""
+        target = self._cfg_target(label)
+        for a, v in zip(target.args, args):
+            self.vmap[id(a)] = self.get(v)
+            self.block_arg_init[id(a)] = v
+            self.aff.forget(a)
+        self.masks.memo.clear()
+        return target
+
+    def _successor_args(self, op: Op, first: int):
+        out, pos = [], first
+        for label, n in op.attrs["successors"]:
+            out.append((label, op.operands[pos:pos + n]))
+            pos += n
+        return out
+
+    def op_cf_br(self, op: Op) -> None:
+        """Triton emits a CFG only for early returns, so the blocks are acyclic: a branch lowers its
+        target inline (a block reached from several paths is lowered once per path)."""
+        ((label, args),) = self._successor_args(op, 0)
+        self.lower_block(self._enter_block(label, args))
+
+    def op_cf_cond_br(self, op: Op) -> None:
+        """`cf.cond_br` -> `scf.if` whose branches hold the (inlined) successor blocks."""
+        from .ir import Block as IRBlock, Region
+
+        cond = self.get(op.operands[0])
+        regions = []
+        for label, args in self._successor_args(op, 1):
+            target = self._enter_block(label, args)
+            blk = IRBlock()
+            saved = self.block
+            self.block = blk
+            self.lower_block(target)
+            self.block = saved
+            blk.ops.append(Op("scf.yield", [], [], {}, [], self.loc))
+            regions.append(Region([blk]))
+        self.emit("scf.if", [cond], [], {}, regions)

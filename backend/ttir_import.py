@@ -21,6 +21,7 @@ from .ir import UNKNOWN_LOC, Block, Func, Loc, Module, Op, Region, Ty, Value
 _TOKEN_RE = re.compile(
     r"""
     (?P<ws>[ \t\r]+)
+  | (?P<comment>//[^\n]*)
   | (?P<nl>\n)
   | (?P<str>"(?:[^"\\]|\\.)*")
   | (?P<val>%[A-Za-z0-9_$.\-]+(?:\#\d+)?)
@@ -59,7 +60,7 @@ def tokenize(text: str) -> list[Tok]:
                 toks[-1].eol = True
             line += 1
             continue
-        if kind == "ws":
+        if kind in ("ws", "comment"):
             continue
         if kind == "ident" and pos < n and text[pos] == "<":
             # `tensor<...>`, `dense<...>`, `!tt.ptr<...>`, `array<...>`: keep the bracketed body whole.
@@ -324,9 +325,31 @@ class TTIRParser:
             self.skip_balanced()
         self.expect("{")
         self.parse_ops(body)
+        # Early returns make the body a CFG: `cf.cond_br`/`cf.br` to further blocks `^bbN(args):`.
+        # They are kept by label in `func.cfg_blocks` for the lowering to structure.
+        cfg_blocks: dict[str, Block] = {}
+        while self.peek().kind == "blk":
+            label = self.next().text
+            block = Block()
+            if self.at("("):
+                self.next()
+                while not self.at(")"):
+                    vname = self.next().text
+                    self.expect(":")
+                    ty = parse_type(self.next().text)
+                    self.parse_loc()
+                    block.args.append(self.define(vname, ty, block))
+                    if self.at(","):
+                        self.next()
+                self.expect(")")
+            self.expect(":")
+            self.parse_ops(block)
+            cfg_blocks[label] = block
         self.expect("}")
         loc = self.parse_loc()
-        return Func(name, args, arg_locs, body, loc, result_types)
+        func = Func(name, args, arg_locs, body, loc, result_types)
+        func.cfg_blocks = cfg_blocks  # type: ignore[attr-defined]
+        return func
 
     def parse_ops(self, block: Block) -> None:
         while not self.at("}") and not self.peek().kind == "blk":
@@ -390,6 +413,8 @@ class TTIRParser:
                 op = self.parse_if(result_names)
             elif t.text == "scf.while":
                 op = self.parse_while(result_names)
+            elif t.text in ("cf.br", "cf.cond_br"):
+                op = self.parse_branch()
             else:
                 op = self.parse_custom_op(result_names)
         except NMPCompilationError:
@@ -528,6 +553,36 @@ class TTIRParser:
             op.results.append(self.define(rn, rt, op))
         return op
 
+    def parse_branch(self) -> Op:
+        """`cf.br ^bb1(%a, %b : T, U)` / `cf.cond_br %c, ^bb1, ^bb2(%x : T)`: operands are the condition
+        (cond_br) then each successor's arguments; attrs["successors"] lists (label, argument count)."""
+        name = self.next().text
+        operands: list[Value] = []
+        successors: list[tuple[str, int]] = []
+        if name == "cf.cond_br":
+            t = self.next()
+            operands.append(self.value(t.text, t.line))
+            self.expect(",")
+        while True:
+            label = self.next().text
+            n = 0
+            if self.at("("):
+                self.next()
+                while not self.at(":") and not self.at(")"):
+                    t = self.next()
+                    if t.kind == "val":
+                        operands.append(self.value(t.text, t.line))
+                        n += 1
+                while not self.at(")"):
+                    self.next()  # the argument types
+                self.expect(")")
+            successors.append((label, n))
+            if not self.at(","):
+                break
+            self.next()
+        loc = self.parse_loc()
+        return Op(name, operands, [], {"successors": successors}, [], loc)
+
     def _type_list(self) -> list[Ty]:
         if self.at("("):
             inner = self.skip_balanced()
@@ -571,6 +626,8 @@ class TTIRParser:
         for n, v in zip([iv_name, *arg_names], block_args):
             self.values[n] = v
         op.regions.append(_with_implicit_yield(self.parse_region(block_args)))
+        if self.at("{"):  # `} {tt.num_stages = 2 : i32, ...}` from tl.range
+            op.attrs.update(self._attr_dict(self.skip_balanced()))
         op.loc = self.parse_loc()
         for rn, rt in zip(result_names, rtypes):
             op.results.append(self.define(rn, rt, op))
