@@ -6,7 +6,7 @@ from the core conversion so the core (access analysis, loops, DMA) stays small.
 
 from __future__ import annotations
 
-from .ir import Op
+from .ir import Block, Op, Region
 
 
 class LanguageLowering:
@@ -145,13 +145,11 @@ class LanguageLowering:
 
     def op_cf_cond_br(self, op: Op) -> None:
         """`cf.cond_br` -> `scf.if` whose branches hold the (inlined) successor blocks."""
-        from .ir import Block as IRBlock, Region
-
         cond = self.get(op.operands[0])
         regions = []
         for label, args in self._successor_args(op, 1):
             target = self._enter_block(label, args)
-            blk = IRBlock()
+            blk = Block()
             saved = self.block
             self.block = blk
             self.lower_block(target)

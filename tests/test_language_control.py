@@ -83,7 +83,7 @@ def control_kernel(x_ptr, o_ptr, n, OP: tl.constexpr, BLOCK: tl.constexpr):
         tl.store(out, y, mask=m)
     elif OP == "loop_with_if":
         acc = x
-        for i in range(10):
+        for _i in range(10):
             if tl.max(acc) < 1000.0:
                 acc = acc * 3
         tl.store(out, acc, mask=m)
