@@ -5,6 +5,8 @@ A mixin of `codegen.KernelCodegen`: each `op_nmp_<name>` method emits one nmpir 
 
 from __future__ import annotations
 
+import math
+
 from llvmlite import ir
 
 from .codegen_scalar import I1, I32, I64, storage_type
@@ -319,6 +321,115 @@ class LanguageCodegen:
         self.trace(EV_SCATTER, [index, 0, n, esize, span])
         if scalar:
             self.vals[id(r)] = _zero(r.type) if self._timing else self.load_elem(tile, _i64(0))
+
+    # -- debugging ops -------------------------------------------------------------------------------------
+    def _cstring(self, text: str) -> ir.Value:
+        """A pointer to a NUL-terminated constant string in the module."""
+        data = bytearray(text.encode("utf-8")) + b"\0"
+        cache = self.__dict__.setdefault("_cstrings", {})
+        g = cache.get(text)
+        if g is None:
+            ty = ir.ArrayType(ir.IntType(8), len(data))
+            g = ir.GlobalVariable(self.module, ty, name=f"nmp_str_{len(cache)}")
+            g.global_constant = True
+            g.linkage = "internal"
+            g.initializer = ir.Constant(ty, data)
+            cache[text] = g
+        return self.b.bitcast(g, ir.IntType(8).as_pointer())
+
+    def _libc(self, name: str, ret: ir.Type, args: list[ir.Type], var_arg: bool = False) -> ir.Function:
+        fn = self.module.globals.get(name)
+        if fn is None:
+            fn = ir.Function(self.module, ir.FunctionType(ret, args, var_arg=var_arg), name)
+        return fn
+
+    def op_nmp_print(self, op: Op) -> None:
+        """Triton's device_print format, one line per element and operand:
+        `pid (x, y, z) idx (i, j)<prefix>[(operand k) ]<value>`."""
+        b = self.b
+        i8p = ir.IntType(8).as_pointer()
+        printf = self._libc("printf", I32, [i8p], var_arg=True)
+        fflush = self._libc("fflush", I32, [i8p])
+        prefix = op.attrs.get("prefix", "")
+        hex_ = op.attrs.get("hex", False)
+        signed = list(op.attrs.get("signed", ()))
+        pids = [b.trunc(p, I32) for p in self.pids]
+        if self._timing:
+            return
+        if not op.operands:
+            b.call(printf, [self._cstring("pid (%u, %u, %u)" + prefix + "\n"), *pids])
+            b.call(fflush, [ir.Constant(i8p, None)])
+            return
+        for k, v in enumerate(op.operands):
+            is_signed = bool(signed[k]) if k < len(signed) else True
+            self._print_operand(v, k, len(op.operands), prefix, hex_, is_signed, printf, pids)
+        b.call(fflush, [ir.Constant(i8p, None)])
+
+    def _print_operand(self, v: Value, k: int, nops: int, prefix: str, hex_: bool, is_signed: bool,
+                       printf: ir.Function, pids: list[ir.Value]) -> None:
+        from .codegen_scalar import F64, to_storage
+
+        b = self.b
+        i8p = ir.IntType(8).as_pointer()
+        t = v.type
+        shape = t.shape
+        widths = [max(0, math.ceil(math.log10(d))) if d > 0 else 0 for d in shape]
+        fmt = "pid (%u, %u, %u) idx (" + ", ".join(f"%{w}u" for w in widths) + ")" + prefix
+        if nops > 1:
+            fmt += f"(operand {k}) "
+        bits = 64 if t.is_ptr else t.bits
+        if t.is_ptr:
+            fmt += "%p"
+        elif hex_:
+            fmt += f"0x%0{max(bits // 4, 1)}{'ll' if bits > 32 else ''}x"
+        elif t.is_float:
+            fmt += "%f"
+        elif bits == 64:
+            fmt += "%lli" if is_signed else "%llu"
+        else:
+            fmt += "%i" if is_signed and t.elem != "i1" else "%u"
+        cfmt = self._cstring(fmt + "\n")
+
+        def value_arg(x):
+            if t.is_ptr:
+                return b.inttoptr(x, i8p)
+            if hex_:
+                if t.is_float:
+                    x = to_storage(b, x, t)
+                    x = b.bitcast(x, ir.IntType(bits)) if not isinstance(x.type, ir.IntType) else x
+                return b.zext(x, I32) if bits < 32 else x
+            if t.is_float:
+                return b.fpext(x, F64) if x.type != F64 else x
+            if bits < 32:
+                return b.sext(x, I32) if is_signed and t.elem != "i1" else b.zext(x, I32)
+            return x
+
+        def emit_elem(flat, idx):
+            x = self._elem(v, flat)
+            b.call(printf, [cfmt, *pids, *[b.trunc(i, I32) for i in idx], value_arg(x)])
+
+        if t.is_tensor:
+            strides = _row_major(shape)
+            self.loop_nest(shape, lambda ix: emit_elem(self._flat_idx(ix, strides), ix))
+        else:
+            emit_elem(_i64(0), [])
+
+    def op_nmp_assert(self, op: Op) -> None:
+        (cond,) = op.operands
+        site = self._assert_site(op, op.attrs.get("msg", ""))
+        b = self.b
+        if self._timing:
+            return
+        if not cond.type.is_tensor:
+            c = self.scalar(cond)
+            self.fail_if(b.not_(c), STATUS_ASSERT, site, 0, _i64(0), _i64(0))
+            return
+
+        def body(i):
+            c = self.load_elem(cond, i)
+            self.fail_if(b.not_(c), STATUS_ASSERT, site, 0, i, i)
+
+        self.loop(cond.type.numel, body)
 
     # -- scans -----------------------------------------------------------------------------------------
     def op_nmp_scan(self, op: Op) -> None:

@@ -157,3 +157,22 @@ class LanguageLowering:
             blk.ops.append(Op("scf.yield", [], [], {}, [], self.loc))
             regions.append(Region([blk]))
         self.emit("scf.if", [cond], [], {}, regions)
+
+    # -- debugging ops -------------------------------------------------------------------------------------
+    def op_tt_print(self, op: Op) -> None:
+        """`tl.device_print` -> `nmp.print` (printf through the C library, in Triton's GPU format)."""
+        words = op.attrs.get("_words") or []
+        prefix = words[0][1:-1] if words and words[0].startswith('"') else ""
+        signed = op.attrs.get("isSigned") or ()
+        if not isinstance(signed, tuple):
+            signed = (signed,)
+        attrs = {"prefix": prefix, "hex": bool(op.attrs.get("hex", False)),
+                 "signed": tuple(int(x) for x in signed)}
+        self.emit("nmp.print", [self.get(o) for o in op.operands], [], attrs)
+
+    def op_tt_assert(self, op: Op) -> None:
+        """`tl.device_assert` (compiled with debug=True) -> `nmp.assert`: the kernel stops with status
+        STATUS_ASSERT and the runtime raises NMPDeviceAssertError quoting the message and the line."""
+        words = op.attrs.get("_words") or []
+        msg = words[0][1:-1] if words and words[0].startswith('"') else ""
+        self.emit("nmp.assert", [self.get(op.operands[0])], [], {"msg": msg})

@@ -500,6 +500,8 @@ class TTIRParser:
         if self.at(":"):
             self.next()
             type_toks = self._types_until_region_or_loc()
+        if name == "tt.print":  # `tt.print " x: " {...} : %a, %b : T, U`: the operands follow the ':'
+            operands += [self.value(t.text, t.line) for t in type_toks if t.kind == "val"]
         loc = self.parse_loc()
         op = Op(name, operands, [], attrs, [], loc)
         op.attrs["_words"] = words
