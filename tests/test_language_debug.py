@@ -84,7 +84,8 @@ def test_device_assert_respects_its_mask() -> None:
         debug_kernel[(1,)](x.flip(0), 4, OP="assert_masked", BLOCK=4, debug=True)
 
 
-def test_static_assert_and_static_print(capfd) -> None:
+def test_static_assert_and_static_print(capfd, monkeypatch) -> None:
+    monkeypatch.setattr(triton.knobs.compilation, "always_compile", True)  # static_print runs at compile time
     debug_kernel[(1,)](torch.zeros(4), 4, OP="static", BLOCK=4)
     assert "static BLOCK 4" in capfd.readouterr().out
     with pytest.raises(triton.compiler.errors.CompilationError, match="block too small"):
