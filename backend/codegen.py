@@ -16,7 +16,6 @@ moved. Counters of DMA traffic and compute work are accumulated in ctx for the t
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 from llvmlite import ir
@@ -90,8 +89,10 @@ def _elem_size(t: Ty) -> int:
 
 
 class KernelCodegen(LanguageCodegen):
-    def __init__(self, func: Func, triple: str, data_layout: str, plan: ScratchpadPlan | None = None):
+    def __init__(self, func: Func, triple: str, data_layout: str, plan: ScratchpadPlan | None = None,
+                 timing_variant: bool = False):
         self.func = func
+        self.timing_variant = timing_variant
         self.plan = plan
         self.arena: ir.Value | None = None
         self.loops: list[tuple[ir.Value, ir.Value]] = []  # (induction variable, lower bound) of open loops
@@ -114,8 +115,8 @@ class KernelCodegen(LanguageCodegen):
         args_meta = self._emit_variant("", timing_only=False)
         spm_bytes = self.spm_bytes
         eligible, why = timing_only_eligible(f)
-        if os.environ.get("TRITON_NMP_TIMING_VARIANT", "1") == "0":
-            eligible, why = False, "disabled by TRITON_NMP_TIMING_VARIANT=0"
+        if eligible and not self.timing_variant:
+            eligible, why = False, "not requested (compile option timing_variant=True)"
         timing_entry = ""
         if eligible:
             self.vals, self.bufs, self.arg_info = {}, {}, {}
@@ -1175,6 +1176,8 @@ def _triton_ty(elem: str | None) -> str:
     return {"f16": "fp16", "bf16": "bf16", "f32": "fp32", "f64": "fp64"}.get(elem or "", elem or "")
 
 
-def generate_llvm(mod: Module, triple: str, data_layout: str, plan: ScratchpadPlan | None = None) -> CodegenResult:
-    """nmpir module -> LLVM IR text plus the metadata the simulator needs."""
-    return KernelCodegen(mod.kernel, triple, data_layout, plan).build()
+def generate_llvm(mod: Module, triple: str, data_layout: str, plan: ScratchpadPlan | None = None,
+                  timing_variant: bool = False) -> CodegenResult:
+    """nmpir module -> LLVM IR text plus the metadata the simulator needs (and, if asked and possible, the
+    timing-only variant of the kernel)."""
+    return KernelCodegen(mod.kernel, triple, data_layout, plan, timing_variant).build()

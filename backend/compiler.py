@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,8 +82,11 @@ class NMPOptions:
     instrumentation_mode: str = ""
     fpsan_homomorphic_casts: bool = False
     ir_override: str | None = None
-    # nmp knobs (usable in triton.Config kwargs): how programs are mapped to PUs by the timing model.
+    # nmp knobs (usable in triton.Config kwargs): how programs are mapped to PUs by the timing model, and
+    # whether to also emit the timing-only variant of the kernel (for tuning and simulator benchmarks;
+    # default from $TRITON_NMP_TIMING_VARIANT, off: it costs compile time most launches never use).
     pu_mapping: str = "round_robin"
+    timing_variant: bool = False
     # Options other backends define that portable code passes on any target (Triton's matmul tutorial
     # passes AMD's on every non-CUDA device): accepted, warned about once, without effect on nmp.
     matrix_instr_nonkdim: int | None = None
@@ -143,6 +147,8 @@ class NMPBackend(BaseBackend):
                 _warn_foreign(k)
         args["arch"] = str(self.target.arch)
         args["warp_size"] = 1
+        if "timing_variant" not in args:
+            args["timing_variant"] = os.environ.get("TRITON_NMP_TIMING_VARIANT", "0") == "1"
         if "extern_libs" in args and isinstance(args["extern_libs"], dict):
             args["extern_libs"] = tuple(args["extern_libs"].items())
         for k in ("supported_fp8_dtypes", "deprecated_fp8_dot_operand_dtypes", "allowed_dot_input_precisions"):
@@ -193,7 +199,7 @@ class NMPBackend(BaseBackend):
     @staticmethod
     def make_llir(src: NMPIR, metadata, options) -> str:
         tm = llvm_target.target_machine()
-        result = generate_llvm(src.module, tm.triple, str(tm.target_data), src.plan)
+        result = generate_llvm(src.module, tm.triple, str(tm.target_data), src.plan, options.timing_variant)
         metadata["name"] = src.module.kernel.name
         metadata["nmp_entry"] = result.entry
         metadata["nmp_timing_entry"] = result.timing_entry

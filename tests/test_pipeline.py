@@ -158,7 +158,7 @@ def test_timing_only_variant_reproduces_the_trace_without_computing():
 
     runtime.add_launch_listener(listener)
     try:
-        k = pk.dot_loop_kernel[(1,)](a, b, c, K, BM=BM, BN=BN, BK=BK)
+        k = pk.dot_loop_kernel[(1,)](a, b, c, K, BM=BM, BN=BN, BK=BK, timing_variant=True)
     finally:
         runtime.remove_launch_listener(listener)
     assert k.metadata.nmp_timing_entry == "nmp_grid_timing_dot_loop_kernel"
@@ -175,6 +175,6 @@ def test_timing_only_variant_reproduces_the_trace_without_computing():
 def test_data_dependent_addresses_are_not_timing_only():
     x = torch.randn(512)
     y = torch.empty(512)
-    k = pk.modulo_gather_kernel[(2,)](x, y, 512, BLOCK=256)
+    k = pk.modulo_gather_kernel[(2,)](x, y, 512, BLOCK=256, timing_variant=True)
     assert k.metadata.nmp_timing_entry == ""
     assert "gather" in k.metadata.nmp_timing_reason
