@@ -66,9 +66,9 @@ def host_fingerprint() -> str:
 def _optimize_and_emit(llvm_ir: str, vectorize: bool) -> tuple[str, bytes]:
     tm = target_machine()
     mod = llvm.parse_assembly(llvm_ir)
-    # O2 with vectorisation, without unrolling: tile loops have static trip counts, and fully unrolling
-    # them costs much compile time for little simulation speed.
-    pto = llvm.create_pipeline_tuning_options(speed_level=2)
+    # O1 plus loop/SLP vectorisation, without unrolling: tile loops have static trip counts; O2/O3 and
+    # unrolling cost much compile time for little simulation speed. TRITON_NMP_OPT_LEVEL overrides.
+    pto = llvm.create_pipeline_tuning_options(speed_level=int(os.environ.get("TRITON_NMP_OPT_LEVEL", "1")))
     pto.loop_vectorization = vectorize
     pto.slp_vectorization = vectorize
     pto.loop_unrolling = False
@@ -188,7 +188,7 @@ _objects: dict[str, bytes] = {}
 
 
 def optimize(llvm_ir: str, kernel: str) -> str:
-    """Verify and optimise (O2 with loop and SLP vectorisation); returns the optimised IR text.
+    """Verify and optimise (O1 with loop and SLP vectorisation); returns the optimised IR text.
 
     The object code is emitted at the same time and kept for `emit_object` of the same text.
     """

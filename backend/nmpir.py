@@ -178,6 +178,16 @@ def _sweep(block: Block, used: set[int]) -> bool:
 # -- elementwise fusion groups ---------------------------------------------------------------------------
 
 FUSABLE_OPS = ("nmp.vec", "nmp.splat", "nmp.const")
+# Elementwise functions lowered to scalar libm calls: a loop containing one is not vectorised, so they
+# are kept out of fused runs and the ops around them stay vectorisable.
+SCALAR_CALL_FNS = {"math.exp", "math.exp2", "math.log", "math.log2", "math.log10", "math.exp10", "math.sin",
+                   "math.cos", "math.tan", "math.erf", "math.erfc", "math.tanh", "math.atan", "math.asin",
+                   "math.acos", "math.sinh", "math.cosh", "math.log1p", "math.expm1", "math.cbrt", "math.powf",
+                   "arith.remf", "tt.extern_elementwise"}
+
+
+def _fusable(op: Op) -> bool:
+    return op.name in FUSABLE_OPS and op.attrs.get("fn") not in SCALAR_CALL_FNS
 
 
 def fused_run_length(ops: list[Op], start: int) -> int:
@@ -186,12 +196,12 @@ def fused_run_length(ops: list[Op], start: int) -> int:
     The codegen computes such a run in one loop, element by element, so the scratchpad planner must
     treat the whole run as one step: every tile it touches is live for all of it."""
     first = ops[start]
-    if first.name not in FUSABLE_OPS or not first.results or not first.results[0].type.is_tensor:
+    if not _fusable(first) or not first.results or not first.results[0].type.is_tensor:
         return 1
     shape = first.results[0].type.shape
     n = 0
     for op in ops[start:]:
-        if op.name not in FUSABLE_OPS or op.results[0].type.shape != shape:
+        if not _fusable(op) or op.results[0].type.shape != shape:
             break
         if op.name == "nmp.vec" and any(o.type.is_tensor and o.type.shape != shape for o in op.operands):
             break
