@@ -657,16 +657,17 @@ class TTIRParser:
 
     def parse_while(self, result_names: list[str]) -> Op:
         self.expect("scf.while")
-        self.expect("(")
         names, inits = [], []
-        while not self.at(")"):
-            names.append(self.next().text)
-            self.expect("=")
-            t = self.next()
-            inits.append(self.value(t.text, t.line))
-            if self.at(","):
-                self.next()
-        self.expect(")")
+        if self.at("("):  # no carried values prints as `scf.while : () -> () {`
+            self.next()
+            while not self.at(")"):
+                names.append(self.next().text)
+                self.expect("=")
+                t = self.next()
+                inits.append(self.value(t.text, t.line))
+                if self.at(","):
+                    self.next()
+            self.expect(")")
         self.expect(":")
         self._type_list()
         self.expect("->")

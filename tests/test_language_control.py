@@ -92,6 +92,10 @@ def control_kernel(x_ptr, o_ptr, n, OP: tl.constexpr, BLOCK: tl.constexpr):
         for i in range(pid, n, 2):
             acc += tl.load(x_ptr + i)
         tl.store(out, acc, mask=m)
+    elif OP == "while_no_carried":
+        # nothing is loop-carried: TTIR prints `scf.while : () -> ()`
+        while tl.load(o_ptr + 40 + pid) < n:
+            tl.atomic_add(o_ptr + 40 + pid, 1.0)
     elif OP == "while_ptr":
         p = x_ptr
         s = 0.0
@@ -104,7 +108,7 @@ def control_kernel(x_ptr, o_ptr, n, OP: tl.constexpr, BLOCK: tl.constexpr):
 
 
 OPS = ["while_tensor", "while_scalar", "early_return", "early_return_data", "nested_early_returns", "nested_loops",
-       "static_range", "tl_range", "if_tensor", "if_data", "loop_with_if", "dynamic_for"]
+       "static_range", "tl_range", "if_tensor", "if_data", "loop_with_if", "dynamic_for", "while_no_carried"]
 
 
 @pytest.mark.parametrize("op", OPS)
