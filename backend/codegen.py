@@ -57,6 +57,7 @@ CTX_TRACE_PTR, CTX_TRACE_LEN, CTX_TRACE_CAP, CTX_TRACE_ON = 48, 49, 50, 51
 TRACE_WORDS = 8
 EV_DMA_LOAD, EV_DMA_STORE, EV_GATHER, EV_SCATTER, EV_VEC, EV_MATMUL, EV_WAIT = 1, 2, 3, 4, 5, 6, 7
 DMA_FLAG_PREFETCHED = 1
+REDUCE_LANES = 8
 DTYPE_CODES = {"f32": 0, "f16": 1, "bf16": 2, "f64": 3, "i8": 4, "i16": 5, "i32": 6, "i64": 7, "i1": 8, "ptr": 7}
 
 
@@ -704,9 +705,13 @@ class KernelCodegen(LanguageCodegen):
         i_cur = [None]
         out_vals = [None]
 
+        # Independent partial results per lane break the serial dependency chain, so the reduction
+        # vectorises; the combine function is associative (Triton requires it), only the order differs.
+        lanes = REDUCE_LANES if n % REDUCE_LANES == 0 and n >= 2 * REDUCE_LANES else 1
+
         def per_position(o, i):
             i_cur[0] = i
-            init = [self.load_elem(x, at(o, _i64(0))) for x in inputs]
+            init = [[self.load_elem(x, at(o, _i64(j))) for x in inputs] for j in range(lanes)]
             pre = b.block
             hdr = self.fn.append_basic_block("red")
             bodyb = self.fn.append_basic_block("red_body")
@@ -716,25 +721,36 @@ class KernelCodegen(LanguageCodegen):
             kphi = b.phi(I64)
             kphi.add_incoming(_i64(1), pre)
             phis = []
-            for v in init:
-                p = b.phi(v.type)
-                p.add_incoming(v, pre)
-                phis.append(p)
-            b.cbranch(b.icmp_signed("<", kphi, _i64(n)), bodyb, exitb)
+            for lane in init:
+                row = []
+                for v in lane:
+                    p = b.phi(v.type)
+                    p.add_incoming(v, pre)
+                    row.append(p)
+                phis.append(row)
+            b.cbranch(b.icmp_signed("<", kphi, _i64(n // lanes)), bodyb, exitb)
             b.position_at_end(bodyb)
-            vals = [self.load_elem(x, at(o, kphi)) for x in inputs]
-            new = combine(phis, vals)
+            base = b.mul(kphi, _i64(lanes))
+            new = []
+            for j in range(lanes):
+                vals = [self.load_elem(x, at(o, b.add(base, _i64(j)))) for x in inputs]
+                new.append(combine(phis[j], vals))
             latch = b.block
             kphi.add_incoming(b.add(kphi, _i64(1)), latch)
-            for p, v in zip(phis, new):
-                p.add_incoming(v, latch)
+            for row, vals in zip(phis, new):
+                for p, v in zip(row, vals):
+                    p.add_incoming(v, latch)
             b.branch(hdr)
             b.position_at_end(exitb)
+            parts = [list(row) for row in phis]
+            while len(parts) > 1:  # pairwise tree of the lanes' partial results
+                parts = [combine(parts[k], parts[k + 1]) for k in range(0, len(parts), 2)]
+            final = parts[0]
             if scalar_out:
-                out_vals[0] = phis
+                out_vals[0] = final
             else:
                 oi = b.add(b.mul(o, _i64(inner)), i)
-                for res, p in zip(results, phis):
+                for res, p in zip(results, final):
                     self.store_elem(res, oi, p)
 
         if scalar_out:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from .fastmath import exp2_f32, exp_f32
 from .ir import Ty
 
 I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
@@ -263,6 +264,9 @@ def emit_elementwise(b: ir.IRBuilder, fn: str, attrs: dict, args: list[ir.Value]
         return b.select(b.or_(better, b.fcmp_unordered("uno", y, y)), x, y)
     if fn in _MINMAX_INTR:
         return _intrinsic(b, _MINMAX_INTR[fn], args)
+    if fn in ("math.exp", "math.exp2") and args[0].type == F32:
+        # inline and branch-free, so the loops around it vectorise (libm's expf is a scalar call)
+        return round_to(b, (exp_f32 if fn == "math.exp" else exp2_f32)(b, args[0]), res_ty)
     if fn in _FLOAT_UNARY_INTR:
         name = _FLOAT_UNARY_INTR[fn]
         if name in ("log10", "exp10"):

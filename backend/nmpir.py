@@ -179,8 +179,9 @@ def _sweep(block: Block, used: set[int]) -> bool:
 
 FUSABLE_OPS = ("nmp.vec", "nmp.splat", "nmp.const")
 # Elementwise functions lowered to scalar libm calls: a loop containing one is not vectorised, so they
-# are kept out of fused runs and the ops around them stay vectorisable.
-SCALAR_CALL_FNS = {"math.exp", "math.exp2", "math.log", "math.log2", "math.log10", "math.exp10", "math.sin",
+# are kept out of fused runs and the ops around them stay vectorisable (fp32 exp/exp2 are inline:
+# see fastmath).
+SCALAR_CALL_FNS = {"math.log", "math.log2", "math.log10", "math.exp10", "math.sin",
                    "math.cos", "math.tan", "math.erf", "math.erfc", "math.tanh", "math.atan", "math.asin",
                    "math.acos", "math.sinh", "math.cosh", "math.log1p", "math.expm1", "math.cbrt", "math.powf",
                    "arith.remf", "tt.extern_elementwise"}
