@@ -345,6 +345,12 @@ class Lowering(LanguageLowering):
     def op_scf_while(self, op: Op) -> None:
         inits = [self.get(o) for o in op.operands]
         before, after = op.regions
+        # provenance for gathers/scatters through the loop: a carried pointer derives from its init,
+        # an after-region argument from what the condition forwards
+        for a, init in zip(before.block.args, op.operands):
+            self.block_arg_init[id(a)] = init
+        for a, fwd in zip(after.block.args, before.block.ops[-1].operands[1:]):
+            self.block_arg_init[id(a)] = fwd
         bb = Block()
         for a, iv in zip(before.block.args, inits):
             na = bb.add_arg(a.name, iv.type)

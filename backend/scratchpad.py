@@ -208,7 +208,12 @@ def _elementwise_in_place(lv: _Liveness) -> None:
     """An elementwise op may write its result over an operand whose last use it is (same bytes):
     every element is read before the same element is written."""
     ends = _root_ends(lv)
+    # Inside a fused run every op has the same time step, so "last used at this step" does not mean
+    # "last used by this op": a later op of the run may still read the operand. No in-place there.
+    in_runs = {id(op) for run in lv.runs for op in run}
     for op, t in lv.vec_ops:
+        if id(op) in in_runs:
+            continue
         r = op.result
         if id(r) in lv.alias or not r.type.is_tensor:
             continue

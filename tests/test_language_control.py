@@ -118,7 +118,6 @@ def test_control_flow_matches_interpreter(op: str) -> None:
     check_vs_interp(control_kernel, (3,), x, torch.zeros(3 * 16), 13, OP=op, BLOCK=16, outputs=[1])
 
 
-@pytest.mark.xfail(reason="needs a core hook: Lowering.root_of through scf.while block arguments", strict=False)
 def test_pointer_carried_through_while_loop() -> None:
     x = torch.arange(16, dtype=torch.float32)
     check_vs_interp(control_kernel, (3,), x, torch.zeros(3 * 16), 13, OP="while_ptr", BLOCK=16, outputs=[1])

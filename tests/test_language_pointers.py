@@ -90,10 +90,9 @@ OPS = ["where_offsets", "where_pointers", "div_mod", "shift", "triangular_load",
 # A fused elementwise run reads a tile the scratchpad planner let a later op of the same run overwrite
 # in place (core: scratchpad._elementwise_in_place with codegen fusion): wrong addresses, caught by the
 # bounds check.
-FUSION_BUG = pytest.mark.xfail(reason="core bug: in-place tile reuse inside a fused elementwise run", strict=False)
 
 
-@pytest.mark.parametrize("op", [pytest.param(op, marks=FUSION_BUG) if op == "int64_offsets" else op for op in OPS])
+@pytest.mark.parametrize("op", [op for op in OPS])
 def test_pointer_patterns_match_interpreter(op: str) -> None:
     M, N = 8, 16
     x = torch.randn(M * N, generator=torch.Generator().manual_seed(0))
@@ -101,7 +100,7 @@ def test_pointer_patterns_match_interpreter(op: str) -> None:
 
 
 @pytest.mark.parametrize("n", [0, 5, 16, 100, 128])
-@pytest.mark.parametrize("op", ["mask_and", pytest.param("int64_offsets", marks=FUSION_BUG)])
+@pytest.mark.parametrize("op", ["mask_and", "int64_offsets"])
 def test_mask_bounds_match_interpreter(op: str, n: int) -> None:
     M, N = 8, 16
     x = torch.randn(M * N, generator=torch.Generator().manual_seed(1))

@@ -17,7 +17,6 @@ M32 = 0xFFFFFFFF
 
 # Philox needs long fused elementwise runs; the core's scratchpad planner lets an op of such a run
 # overwrite in place a tile a later op of the same run still reads (wrong random numbers).
-FUSION_BUG = pytest.mark.xfail(reason="core bug: in-place tile reuse inside a fused elementwise run", strict=False)
 
 
 def philox_ref(seed: int, c0: int, c1: int, c2: int, c3: int, rounds: int = 10) -> tuple[int, int, int, int]:
@@ -70,7 +69,6 @@ SEEDS = [0, 123, 2**31 - 5, 2**40 + 17]
 EXACT = ["rand", "randint", "randint4x", "rand4x", "philox", "rand_int64_offsets", "few_rounds"]
 
 
-@FUSION_BUG
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("op", EXACT)
 def test_random_streams_are_bit_identical_to_interpreter(op: str, seed: int) -> None:
@@ -78,13 +76,11 @@ def test_random_streams_are_bit_identical_to_interpreter(op: str, seed: int) -> 
     check_vs_interp(random_kernel, (4,), torch.zeros(100, dtype=dt), seed, 100, OP=op, BLOCK=32)
 
 
-@FUSION_BUG
 @pytest.mark.parametrize("op", ["randn", "randn4x"])
 def test_normals_match_interpreter_to_a_few_ulp(op: str) -> None:
     check_vs_interp(random_kernel, (4,), torch.zeros(100), 42, 100, OP=op, BLOCK=32, atol=1e-6, rtol=1e-6)
 
 
-@FUSION_BUG
 @pytest.mark.parametrize("seed", [7, 2**33 + 1])
 def test_randint_matches_python_philox(seed: int) -> None:
     out = run_nmp(random_kernel, (2,), torch.zeros(64, dtype=torch.int32), seed, 64, OP="randint", BLOCK=32)[0]
