@@ -16,7 +16,8 @@ that pass under the interpreter but not on nmp, with the first line of each erro
 Every test gets a time limit (--timeout, seconds). A test still running then is reported as a
 timeout: the pytest process is stopped and restarted after that test, so a hang (in Python code or
 in a native kernel) never stops the run. Results stream to a JSON-lines file per mode (--out), so a run
-that was interrupted can be summarised again with --report-only.
+that was interrupted can be summarised again with --report-only. Before a stuck worker is killed its
+Python stacks are dumped into <out>/<mode>.log.
 """
 
 from __future__ import annotations
@@ -39,8 +40,13 @@ from pathlib import Path
 
 PLUGIN = textwrap.dedent(
     r'''
-    import json, os, signal, time
+    import faulthandler, json, os, signal, time
     import pytest
+
+    # `kill -USR1` dumps every thread's Python stack into the log (the supervisor does so before it
+    # kills a worker stuck in a test, so the log shows where it hung)
+    _STACKS = open(os.environ.get("NMP_CONFORMANCE_STACKS", os.devnull), "a")
+    faulthandler.register(signal.SIGUSR1, file=_STACKS, all_threads=True)
 
     _OUT = os.environ["NMP_CONFORMANCE_OUT"]
     _DONE = os.environ.get("NMP_CONFORMANCE_DONE", "")
@@ -167,6 +173,7 @@ def run_mode(mode: str, args, workdir: Path) -> subprocess.Popen | None:
     env["NMP_CONFORMANCE_OUT"] = str(out)
     env["NMP_CONFORMANCE_DONE"] = str(done)
     env["NMP_CONFORMANCE_TIMEOUT"] = str(args.timeout)
+    env["NMP_CONFORMANCE_STACKS"] = str(workdir / f"{mode}.log")
     env["PYTHONPATH"] = os.pathsep.join([str(workdir), str(args.tests), env.get("PYTHONPATH", "")])
     if mode == "interpreter":
         env["TRITON_INTERPRET"] = "1"
@@ -222,6 +229,10 @@ def supervise(args, workdir: Path) -> None:
                     break
                 break
             if last_start is not None and time.time() - last_start["t"] > grace:
+                with open(workdir / f"{mode}.log", "a") as log:
+                    log.write(f"\n=== {last_start['nodeid']} still running after {grace:.0f} s; stacks:\n")
+                os.kill(p.pid, signal.SIGUSR1)
+                time.sleep(3)
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
                 with open(out, "a") as f:
