@@ -209,7 +209,8 @@ def _elementwise_in_place(lv: _Liveness) -> None:
     every element is read before the same element is written."""
     ends = _root_ends(lv)
     # Inside a fused run every op has the same time step, so "last used at this step" does not mean
-    # "last used by this op": a later op of the run may still read the operand. No in-place there.
+    # "last used by this op", and the run computes element by element: no in-place reuse there
+    # (its register-only temporaries already take no scratchpad).
     in_runs = {id(op) for run in lv.runs for op in run}
     for op, t in lv.vec_ops:
         if id(op) in in_runs:
