@@ -58,6 +58,7 @@ TRACE_WORDS = 8
 EV_DMA_LOAD, EV_DMA_STORE, EV_GATHER, EV_SCATTER, EV_VEC, EV_MATMUL, EV_WAIT = 1, 2, 3, 4, 5, 6, 7
 DMA_FLAG_PREFETCHED = 1
 REDUCE_LANES = 8
+MAX_TRACE_RECORDS = 1 << 24  # 1 GiB of trace; beyond it the launch fails with a clear error
 DTYPE_CODES = {"f32": 0, "f16": 1, "bf16": 2, "f64": 3, "i8": 4, "i16": 5, "i32": 6, "i64": 7, "i1": 8, "ptr": 7}
 
 
@@ -293,6 +294,12 @@ class KernelCodegen(LanguageCodegen):
         b.position_at_end(grow)
         cap = b.load(capp)
         newcap = b.select(b.icmp_signed("<", cap, _i64(4096)), _i64(4096), b.mul(cap, _i64(2)))
+        # a kernel that never ends (a spin loop) must not eat the host's memory: stop at the cap
+        over = fn.append_basic_block("over")
+        alloc = fn.append_basic_block("alloc")
+        b.cbranch(b.icmp_signed(">", newcap, _i64(MAX_TRACE_RECORDS)), over, alloc)
+        ir.IRBuilder(over).ret(_i64(1))
+        b.position_at_end(alloc)
         i8p = I8.as_pointer()
         realloc = self.module.globals.get("realloc") or ir.Function(
             self.module, ir.FunctionType(i8p, [i8p, I64]), "realloc")

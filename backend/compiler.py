@@ -163,7 +163,11 @@ class NMPBackend(BaseBackend):
         return {"min_dot_size": _min_dot_size}
 
     def get_module_map(self) -> dict[str, ModuleType]:
-        return {}
+        # `triton.language.extra.libdevice` resolves to CUDA's libdevice names (`__nv_*`), which the
+        # nmp codegen implements (codegen_scalar), so portable kernels using libdevice run unchanged.
+        from triton.language.extra.cuda import libdevice
+
+        return {"triton.language.extra.libdevice": libdevice}
 
     def load_dialects(self, ctx) -> None:
         return None

@@ -190,8 +190,9 @@ def raise_for_status(status: int, ctx: Sequence[int], abi: KernelABI, spans: Seq
         err.kernel, err.loc, err.program_id = kernel, site.loc, pid
         raise err
     if status == STATUS_NO_MEMORY:
-        raise NMPRuntimeError(f"kernel '{kernel}': the simulator ran out of host memory for the execution trace "
-                              f"(program {pid}); set TRITON_NMP_TRACE=0 to run without timing")
+        raise NMPRuntimeError(f"kernel '{kernel}': the execution trace exceeded its limit (16M records) or host "
+                              f"memory (program {pid}); a kernel that never ends (spin loop) stops here. "
+                              f"Set TRITON_NMP_TRACE=0 to run without timing")
     raise NMPRuntimeError(
         f"kernel '{kernel}' returned unknown status {status} (site {site_idx}, program {pid}); "
         f"the compiler and the runtime disagree on the ABI"

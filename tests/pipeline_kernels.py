@@ -2,6 +2,7 @@
 
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
 
 
 @triton.jit
@@ -88,3 +89,11 @@ def big_center_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
     tl.store(out_ptr + offs, x - tl.max(x, axis=0), mask=offs < n)
+
+
+@triton.jit
+def libdevice_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m)
+    tl.store(y_ptr + offs, libdevice.erf(x) + libdevice.pow(x, 2.0), mask=m)

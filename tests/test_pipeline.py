@@ -63,14 +63,14 @@ def test_out_of_bounds_load_is_reported_with_argument_range_and_line():
     x = torch.randn(1000)
     y = torch.empty(1024)
     with pytest.raises(NMPOutOfBoundsError, match=r"tt\.load of argument 'x_ptr' touches bytes \[3072, 4096\) "
-                       r"but the tensor spans \[0, 4000\).*pipeline_kernels\.py:16"):
+                       r"but the tensor spans \[0, 4000\).*pipeline_kernels\.py:17"):
         pk.unmasked_copy_kernel[(4,)](x, y, BLOCK=256)
 
 
 def test_out_of_bounds_store_writes_nothing_outside_the_tensor():
     storage = torch.zeros(2048)
     view = storage[:1000]  # the kernel's programs 3.. would write into the rest of the storage
-    with pytest.raises(NMPOutOfBoundsError, match=r"tt\.store of argument 'y_ptr'.*pipeline_kernels\.py:22"):
+    with pytest.raises(NMPOutOfBoundsError, match=r"tt\.store of argument 'y_ptr'.*pipeline_kernels\.py:23"):
         pk.unmasked_store_kernel[(8,)](view, BLOCK=256)
     assert torch.all(storage[1000:] == 0)
     assert torch.all(storage[:768] == 7.0)  # programs before the failing one ran
@@ -80,7 +80,7 @@ def test_unsupported_op_names_op_and_line():
     x = torch.randn(64)
     y = torch.empty(64)
     with pytest.raises(NMPCompilationError,
-                       match=r"pipeline_kernels\.py:37:9: inline assembly .* is not supported on nmp"):
+                       match=r"pipeline_kernels\.py:38:9: inline assembly .* is not supported on nmp"):
         pk.inline_asm_kernel[(1,)](x, y, BLOCK=64)
 
 
@@ -178,3 +178,12 @@ def test_data_dependent_addresses_are_not_timing_only():
     k = pk.modulo_gather_kernel[(2,)](x, y, 512, BLOCK=256, timing_variant=True)
     assert k.metadata.nmp_timing_entry == ""
     assert "gather" in k.metadata.nmp_timing_reason
+
+
+def test_libdevice_through_the_portable_module():
+    from . import pipeline_kernels as kernels
+
+    x = torch.randn(100)
+    y = torch.empty(100)
+    kernels.libdevice_kernel[(1,)](x, y, 100, BLOCK=128)
+    torch.testing.assert_close(y, torch.erf(x) + x * x, atol=1e-5, rtol=1e-5)
