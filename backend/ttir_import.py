@@ -331,18 +331,7 @@ class TTIRParser:
         while self.peek().kind == "blk":
             label = self.next().text
             block = Block()
-            if self.at("("):
-                self.next()
-                while not self.at(")"):
-                    vname = self.next().text
-                    self.expect(":")
-                    ty = parse_type(self.next().text)
-                    self.parse_loc()
-                    block.args.append(self.define(vname, ty, block))
-                    if self.at(","):
-                        self.next()
-                self.expect(")")
-            self.expect(":")
+            self._block_args(block)
             self.parse_ops(block)
             cfg_blocks[label] = block
         self.expect("}")
@@ -350,6 +339,21 @@ class TTIRParser:
         func = Func(name, args, arg_locs, body, loc, result_types)
         func.cfg_blocks = cfg_blocks  # type: ignore[attr-defined]
         return func
+
+    def _block_args(self, block: Block) -> None:
+        """After a block label: `[(%a: type loc(...), ...)] :`, defining the block's arguments."""
+        if self.at("("):
+            self.next()
+            while not self.at(")"):
+                vname = self.next().text
+                self.expect(":")
+                ty = parse_type(self.next().text)
+                self.parse_loc()
+                block.args.append(self.define(vname, ty, block))
+                if self.at(","):
+                    self.next()
+            self.expect(")")
+        self.expect(":")
 
     def parse_ops(self, block: Block) -> None:
         while not self.at("}") and not self.peek().kind == "blk":
@@ -364,18 +368,7 @@ class TTIRParser:
         region = Region([block])
         if self.peek().kind == "blk":
             self.next()
-            if self.at("("):
-                self.next()
-                while not self.at(")"):
-                    vname = self.next().text
-                    self.expect(":")
-                    ty = parse_type(self.next().text)
-                    self.parse_loc()
-                    block.args.append(self.define(vname, ty, block))
-                    if self.at(","):
-                        self.next()
-                self.expect(")")
-            self.expect(":")
+            self._block_args(block)
         self.parse_ops(block)
         if self.peek().kind == "blk":
             raise NMPCompilationError(f"TTIR line {self.peek().line}: multi-block regions are not supported")

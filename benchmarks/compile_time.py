@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import math
-import os
 import platform
 import statistics
 import sys
@@ -36,6 +35,7 @@ from typing import Any
 
 import torch
 import triton
+from _report import machine_line, table  # noqa: E402  (benchmarks/ is sys.path[0] when run as a script)
 from triton import knobs
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
@@ -193,29 +193,6 @@ def measure(kernel: Kernel, spec: Spec, reps: int) -> Result:
 
 # ----------------------------------------------------------------------------------------------
 # Report
-
-
-def machine_line() -> str:
-    model = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    load = ", load average " + " ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else ""
-    return f"{platform.node()}: nproc {os.cpu_count()}, {model}{load}"
-
-
-def table(header: list[str], rows: list[list[str]], right: set[int]) -> str:
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-
-    def fmt(r: list[str]) -> str:
-        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
-
-    return "\n".join([fmt(header), "  ".join("-" * w for w in widths), *(fmt(r) for r in rows)])
 
 
 def ms(seconds: float) -> str:

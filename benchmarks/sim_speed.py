@@ -41,6 +41,7 @@ from typing import Any
 
 import torch
 import triton
+from _report import machine_line, table  # noqa: E402  (benchmarks/ is sys.path[0] when run as a script)
 
 from triton_nmp import examples as ex
 
@@ -167,29 +168,6 @@ def run_interpreter(name: str, reps: int, timeout: float) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------------------------
 # Report
-
-
-def machine_line() -> str:
-    model = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    load = ", load average " + " ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else ""
-    return f"{platform.node()}: nproc {os.cpu_count()}, {model}{load}"
-
-
-def table(header: list[str], rows: list[list[str]], right: set[int]) -> str:
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-
-    def fmt(r: list[str]) -> str:
-        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
-
-    return "\n".join([fmt(header), "  ".join("-" * w for w in widths), *(fmt(r) for r in rows)])
 
 
 def ms(seconds: float) -> str:
