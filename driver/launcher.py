@@ -9,6 +9,14 @@ planned once in `__init__`, so a launch only reads values and fills an int64 slo
 Slot encoding (the ABI shared with the compiler): a pointer takes two slots [data_ptr, span_bytes],
 an integer one slot (two's complement int64), a float one slot (the bits of the IEEE double).
 
+Host-side tensor descriptors (`triton.tools.tensor_descriptor.TensorDescriptor`): the compiler runs
+Triton's `rewrite_tensor_descriptor_to_pointer` pass, which turns a `tensordesc<T[B0, ..]>` parameter
+of rank n into the parameters Triton's `decompose_descriptor` produces for targets without TMA:
+the base pointer, shape (n x i64), strides (n x i64), padding-is-nan (i1), round_f32_to_tf32 (i1),
+then shape again (n x i32) and strides again (n x i64). The plan holds one entry per such parameter
+(so it lines up with the compiled ABI); the base entry marshals the whole descriptor, after checking
+it against the signature and against the base tensor's bytes, and the field entries add nothing.
+
 Simulated time: after the native run the launcher queues the launch on the device clock
 (`driver.device.clock`, which times it lazily). Inside a benchmark loop (launches delimited by the
 driver's `clear_cache()`), a launch identical to the one at the same position of the previous loop
@@ -18,6 +26,7 @@ iteration is replayed instead of executed; `driver.device` documents the exact r
 from __future__ import annotations
 
 import dataclasses
+import re
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,6 +51,9 @@ from .device import PendingLaunch, clock
 __all__ = ["NMPLauncher", "ArgPlan", "plan_arguments", "INT_RANGES"]
 
 PTR, INT, FLOAT, DESC = "ptr", "int", "float", "tensordesc"
+DESC_FIELD = "descfield"  # a parameter the descriptor's base entry (DESC) fills in
+_DESC_RE = re.compile(r"tensordesc<([A-Za-z0-9_]+)\[([0-9, ]*)\]")
+_I32_MAX = (1 << 31) - 1
 
 INT_RANGES: dict[str, tuple[int, int]] = {"i1": (0, 1), "u1": (0, 1)}
 for _bits in (8, 16, 32, 64):
@@ -57,13 +69,27 @@ _unpack_q = struct.Struct("<q").unpack
 class ArgPlan:
     """How to fetch and encode one non-constexpr, flattened parameter."""
 
-    kind: str  # PTR | INT | FLOAT | DESC
+    kind: str  # PTR | INT | FLOAT | DESC | DESC_FIELD
     index: int  # position in the launcher's *args
     sub: tuple[int, ...]  # path inside a tuple argument, () for a plain one
     name: str  # for messages: "x_ptr", or "pair[1]" inside a tuple
     ty: str  # the Triton type string, e.g. "*fp32", "i32"
     lo: int = 0  # integer range of the declared type
     hi: int = 0
+    block: tuple[int, ...] = ()  # DESC: the block shape the kernel was specialised for
+
+    @property
+    def slots(self) -> int:
+        return 2 if self.kind in (PTR, DESC) else 1
+
+    @property
+    def abi_kind(self) -> str:
+        """The kind of the compiled parameter this entry stands for."""
+        return {DESC: PTR, DESC_FIELD: INT}.get(self.kind, self.kind)
+
+    @property
+    def abi_ty(self) -> str:
+        return "*" + self.ty[len("tensordesc<"):].split("[")[0] if self.kind == DESC else self.ty
 
 
 def _kind_of(ty: str) -> str | None:
@@ -80,8 +106,25 @@ def _kind_of(ty: str) -> str | None:
     raise NMPLaunchError(f"parameter type '{ty}' cannot be passed to an nmp kernel")
 
 
+def _descriptor_plans(ty: str, index: int, sub: tuple[int, ...], name: str) -> list[ArgPlan]:
+    """The base entry and the field entries of a `tensordesc<T[B0, ...]>` parameter, in the order
+    of the parameters `rewrite_tensor_descriptor_to_pointer` gives the compiled kernel."""
+    m = _DESC_RE.match(ty)
+    if m is None or ",input_rank=" in ty or ty.startswith("tensordesc_im2col"):
+        raise NMPLaunchError(f"argument '{name}': tensor descriptor type '{ty}' cannot be passed to an nmp kernel")
+    block = tuple(int(b) for b in m.group(2).split(","))
+    n = len(block)
+    fields = ([(f"shape.{d}", "i64") for d in range(n)] + [(f"stride.{d}", "i64") for d in range(n)]
+              + [("padding", "i1"), ("roundF32ToTF32", "i1")]
+              + [(f"shape.{d}", "i32") for d in range(n)] + [(f"stride.{d}", "i64") for d in range(n)])
+    plans = [ArgPlan(DESC, index, sub, name, ty, block=block)]
+    plans += [ArgPlan(DESC_FIELD, index, sub, f"{name}.{f}", t) for f, t in fields]
+    return plans
+
+
 def plan_arguments(signature: dict[Any, Any]) -> list[ArgPlan]:
-    """Flatten a Triton signature (name -> type string or nested tuple) into slot plans, skipping constexprs."""
+    """Flatten a Triton signature (name -> type string or nested tuple) into slot plans, skipping constexprs.
+    A tensor descriptor becomes one entry per parameter of the compiled kernel (module docstring)."""
     plans: list[ArgPlan] = []
 
     def visit(ty: Any, index: int, sub: tuple[int, ...], name: str) -> None:
@@ -91,6 +134,9 @@ def plan_arguments(signature: dict[Any, Any]) -> list[ArgPlan]:
             return
         kind = _kind_of(str(ty))
         if kind is None:
+            return
+        if kind == DESC:
+            plans.extend(_descriptor_plans(str(ty), index, sub, name))
             return
         lo, hi = INT_RANGES.get(ty, (0, 0))
         plans.append(ArgPlan(kind, index, sub, name, str(ty), lo, hi))
@@ -134,15 +180,15 @@ class NMPLauncher:
         n = 0
         for p in self.plan:
             slot_of.append(n)
-            span_at.append(n + 1 if p.kind == PTR else -1)
-            n += 2 if p.kind == PTR else 1
+            span_at.append(n + 1 if p.slots == 2 else -1)
+            n += p.slots
         self.num_slots = n
         self.slot_offsets = tuple(slot_of)
         self._span_at = tuple(span_at)
-        derived = tuple(ArgInfo(p.name, p.kind, p.ty) for p in self.plan)
+        derived = tuple(ArgInfo(p.name, p.abi_kind, p.abi_ty) for p in self.plan)
         if not abi.args:
             abi = dataclasses.replace(abi, name=self.kernel_name, args=derived)
-        elif not any(p.kind == DESC for p in self.plan):
+        else:
             theirs = [(a.kind, a.ty) for a in abi.args]
             ours = [(a.kind, a.ty) for a in derived]
             if [k for k, _ in theirs] != [k for k, _ in ours]:
@@ -155,7 +201,7 @@ class NMPLauncher:
         self._ptr_args = tuple(
             (i, slot_of[i], abi.args[i].name if i < len(abi.args) else p.name)
             for i, p in enumerate(self.plan)
-            if p.kind == PTR
+            if p.slots == 2
         )
         ptr_slots = {slot + k for _, slot, _ in self._ptr_args for k in (0, 1)}
         scalar_slots = [j for j in range(self.num_slots) if j not in ptr_slots]
@@ -276,10 +322,12 @@ class NMPLauncher:
         vals: list[int] = []
         append = vals.append
         for p in self.plan:
+            kind = p.kind
+            if kind == DESC_FIELD:  # filled in by its descriptor's DESC entry
+                continue
             v = args[p.index]
             if p.sub:
                 v = self._descend(p, v)
-            kind = p.kind
             if kind == PTR:
                 if isinstance(v, Tensor) and v.is_cpu and v.is_contiguous():
                     append(v.data_ptr())
@@ -299,12 +347,8 @@ class NMPLauncher:
                     append(_unpack_q(_pack_d(float(v)))[0])
                 except (TypeError, ValueError):
                     raise self._error(p, f"expects a float ({p.ty}), got {type(v).__name__}") from None
-            else:
-                raise self._error(
-                    p,
-                    "host-side TensorDescriptor arguments are not supported by the nmp backend yet; "
-                    "pass the tensor (and its shape and strides) instead",
-                )
+            elif kind == DESC:
+                vals.extend(self._descriptor(p, v))
         return vals
 
     def _error(self, p: ArgPlan, what: str) -> NMPLaunchError:
@@ -317,6 +361,45 @@ class NMPLauncher:
             except (TypeError, IndexError, KeyError):
                 raise self._error(p, f"expects a tuple matching the signature, got {type(v).__name__}") from None
         return v
+
+    def _descriptor(self, p: ArgPlan, v: Any) -> list[int]:
+        """[base, span, *shape, *strides, padding is nan, round to tf32, *shape, *strides] of a host
+        TensorDescriptor, checked against the kernel's specialisation and against its base tensor's bytes
+        (so every element the descriptor can reach is inside the tensor, and bounds checks never fire
+        for the rows and columns a block hangs over: those are masked by the shape)."""
+        fields = ("base", "shape", "strides", "block_shape")
+        if not all(hasattr(v, f) for f in fields):
+            raise self._error(p, f"expects a triton.tools.tensor_descriptor.TensorDescriptor ({p.ty}), "
+                                 f"got {type(v).__name__}")
+        n = len(p.block)
+        try:
+            shape, strides, block = ([_index(x) for x in getattr(v, f)] for f in fields[1:])
+        except TypeError:
+            raise self._error(p, "has a non-integer shape, stride or block_shape") from None
+        if len(shape) != n or len(strides) != n:
+            raise self._error(p, f"has rank {len(shape)} (shape {shape}, strides {strides}); the kernel was "
+                                 f"compiled for rank {n} ({p.ty})")
+        if tuple(block) != p.block:
+            raise self._error(p, f"has block_shape {block}; the kernel was compiled for {list(p.block)} ({p.ty})")
+        padding = getattr(v, "padding", "zero")
+        if padding not in ("zero", "nan"):
+            raise self._error(p, f"has padding {padding!r}; expected 'zero' or 'nan'")
+        base = v.base
+        if isinstance(base, self._Tensor) and base.is_cpu and base.is_contiguous():
+            ptr, span = base.data_ptr(), base.numel() * base.element_size()
+        elif base is None:
+            raise self._error(p, "has no base tensor (base is None)")
+        else:
+            ptr, span = self._pointer(dataclasses.replace(p, name=f"{p.name}.base", ty=p.abi_ty), base)
+        if any(d <= 0 or d > _I32_MAX for d in shape) or any(s < 0 for s in strides):
+            raise self._error(p, f"has shape {shape} and strides {strides}; dimensions must be in [1, 2**31) "
+                                 f"and strides non-negative")
+        reach = (1 + sum((d - 1) * s for d, s in zip(shape, strides))) * base.element_size()
+        if reach > span:
+            raise self._error(p, f"shape {shape} with strides {strides} reaches {reach} bytes from the base, "
+                                 f"but its base tensor holds only {span} bytes")
+        flags = [int(padding == "nan"), int(bool(getattr(v, "round_f32_to_tf32", False)))]
+        return [ptr, span, *shape, *strides, *flags, *shape, *strides]
 
     def _pointer(self, p: ArgPlan, v: Any) -> tuple[int, int]:
         """Slow path of pointer marshalling: None, wrappers, strided views and every error."""
