@@ -26,6 +26,10 @@ __all__ = ["NMPDriver", "NMPUtils", "target_arch"]
 # that Triton could act on.
 MAX_NUM_REGS = 65536
 MAX_THREADS = 1 << 20  # num_warps * warp_size never limits a launch on nmp
+# Registers per program that load_binary reports. Not 0: portable host code (Triton's softmax tutorial) sizes
+# persistent grids with max_num_regs // (n_regs * warpSize * num_warps), which would divide by zero. 1 makes
+# that register term as loose as it can be, so the scratchpad (metadata.shared) is the limit that binds.
+N_REGS = 1
 BENCH_CACHE_BYTES = 256  # nmp has no caches to flush; do_bench "flushes" once per timed call, so keep it tiny
 
 _CPP_TYPES = {
@@ -59,7 +63,8 @@ class NMPUtils:
     """Binary loading and device properties (the `driver.utils` object Triton calls)."""
 
     def load_binary(self, name: str, kernel: bytes, shared: int, device: int) -> tuple[Any, int, int, int, int]:
-        """Load an nmpbin; returns (module, function, n_regs, n_spills, n_max_threads) like CUDA's.
+        """Load an nmpbin; returns (module, function, n_regs, n_spills, n_max_threads) like CUDA's
+        (n_regs is the nominal N_REGS, there are no spills).
 
         `module` is a `simulator.loader.LoadedObject` (it owns the code), `function` an address the
         launcher maps back to the module to resolve metadata["nmp_entry"].
@@ -70,7 +75,7 @@ class NMPUtils:
         if not obj.key_address:
             obj.close()
             raise NMPLoadError(f"the object of kernel '{name}' defines no global function to call")
-        return obj, obj.key_address, 0, 0, MAX_THREADS
+        return obj, obj.key_address, N_REGS, 0, MAX_THREADS
 
     def unload_module(self, module: Any) -> None:
         close = getattr(module, "close", None)

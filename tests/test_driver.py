@@ -674,7 +674,7 @@ def test_backend_shim_exposes_one_concrete_driver() -> None:
 def test_load_binary_contract() -> None:
     utils = NMPUtils()
     module, function, n_regs, n_spills, n_max_threads = utils.load_binary("pid_kernel", emit(PID_IR), 0, 0)
-    assert (n_regs, n_spills) == (0, 0) and n_max_threads >= 1 << 20
+    assert (n_regs, n_spills) == (1, 0) and n_max_threads >= 1 << 20  # n_regs > 0: portable code divides by it
     assert loader.object_for_address(function) is module
     utils.unload_module(module)
     assert module.closed
