@@ -627,7 +627,8 @@ class KernelCodegen(LanguageCodegen):
         tys = [o.type for o in op.operands]
 
         def body(i):
-            args = [self.load_elem(o, i) for o in op.operands]
+            # scalar operands (e.g. the i1 condition of a select between tiles) are used as they are
+            args = [self.load_elem(o, i) if o.type.is_tensor else self.scalar(o) for o in op.operands]
             self.store_elem(r, i, emit_elementwise(self.b, fn, op.attrs, args, tys, r.type))
 
         if not self.timing_only:
