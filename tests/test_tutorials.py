@@ -22,6 +22,7 @@ import triton
 import triton.language as tl
 
 from tests.test_language_harness import run_interp, run_nmp
+from triton_nmp.errors import NMPScratchpadOverflowError
 
 TOL = {torch.float32: 1e-4, torch.float16: 1e-2}
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
@@ -74,6 +75,27 @@ def test_vector_add_small_block_vs_interpreter() -> None:
     got = run_nmp(vector_add_kernel, (triton.cdiv(300, 64),), x, y, out, 300, BLOCK_SIZE=64)[2]
     ref = run_interp(vector_add_kernel, (triton.cdiv(300, 64),), x, y, out, 300, BLOCK_SIZE=64)[2]
     assert torch.equal(got, x + y) and torch.equal(ref, x + y)
+
+
+def test_vector_add_do_bench() -> None:
+    # Every tutorial ends with a benchmark: do_bench reports simulated milliseconds, so GB/s is computable.
+    x, y = randn(50_000, seed=5), randn(50_000, seed=6)
+    # warmup/rep are simulated ms: the defaults (25/100) would repeat this 10 us kernel ~10000 times.
+    ms, min_ms, max_ms = triton.testing.do_bench(lambda: vector_add(x, y), warmup=0.1, rep=0.5,
+                                                 quantiles=[0.5, 0.2, 0.8])  # fmt: skip
+    assert 0 < min_ms <= ms <= max_ms
+    gbps = 3 * x.numel() * x.element_size() * 1e-9 / (ms * 1e-3)
+    assert math.isfinite(gbps) and gbps > 0
+
+
+@pytest.mark.xfail(strict=True, raises=ZeroDivisionError, reason=(
+    "tutorial benchmarks time the torch baseline with triton.testing.do_bench too; a function that launches "
+    "no nmp kernel leaves the simulated clock still, so do_bench's first estimate is 0 ms and Triton's "
+    "do_bench divides by it (n_warmup = warmup / estimate_ms)"))  # fmt: skip
+def test_do_bench_of_a_torch_baseline() -> None:
+    x, y = randn(50_000, seed=5), randn(50_000, seed=6)
+    ms = triton.testing.do_bench(lambda: x + y)
+    assert ms >= 0
 
 
 # ----------------------------------------------------------------------------------------------
@@ -145,6 +167,24 @@ def test_softmax_persistent(rows: int, cols: int) -> None:
     assert launch["n_regs"] > 0 and launch["n_spills"] == 0
     assert 0 < launch["shared"] <= device_facts()["max_shared_mem"]
     assert 1 <= launch["num_programs"] <= rows
+
+
+@pytest.mark.xfail(strict=True, raises=NMPScratchpadOverflowError, reason=(
+    "at the widest row of the softmax tutorial's benchmark (N=12800, BLOCK_SIZE 16384 fp32 = 64 KiB) the "
+    "tutorial's num_stages=4 (chosen because max_shared_mem > 200000) multi-buffers the row load 4 deep: "
+    "4 x 64 KiB plus the 64 KiB exp tile exceed the 256 KiB scratchpad, and the compiler refuses the kernel "
+    "instead of lowering the buffering depth (num_stages=2 fits, see the test below)"))  # fmt: skip
+def test_softmax_tutorial_widest_row() -> None:
+    x = randn(2, 12_800, seed=8)
+    y, _ = softmax(x)
+    torch.testing.assert_close(y, torch.softmax(x, dim=1), atol=1e-6, rtol=1e-5)
+
+
+def test_softmax_widest_row_two_stages() -> None:
+    x = randn(3, 12_800, seed=8)
+    y = torch.empty_like(x)
+    softmax_kernel[(2,)](y, x, x.stride(0), y.stride(0), 3, 12_800, BLOCK_SIZE=16384, num_stages=2)
+    torch.testing.assert_close(y, torch.softmax(x, dim=1), atol=1e-6, rtol=1e-5)
 
 
 def test_softmax_more_rows_than_programs() -> None:
@@ -296,8 +336,6 @@ def test_matmul_too_big_config_is_out_of_resources() -> None:
     # What the autotuner caught: a compile-time scratchpad overflow that is also Triton's OutOfResources.
     from triton.runtime.errors import OutOfResources
 
-    from triton_nmp.errors import NMPScratchpadOverflowError
-
     a, b = randn(40, 30, dtype=torch.float16), randn(30, 20, dtype=torch.float16)
     c = torch.empty(40, 20, dtype=torch.float16)
     with pytest.raises(NMPScratchpadOverflowError) as info:
@@ -388,8 +426,9 @@ def layer_norm_bwd_dx_kernel(
     dx = (wdy - (xhat * c_xhat + c_one)) * rstd
     tl.store(DX + cols, dx.to(DX.dtype.element_ty), mask=inside)
 
-    dw = dy * xhat
-    db = dy
+    # The partial buffers may be fp16 (as in Triton's tutorial) or fp32: accumulate in their dtype.
+    dw = (dy * xhat).to(PartialDW.dtype.element_ty)
+    db = dy.to(PartialDB.dtype.element_ty)
     while tl.atomic_cas(Lock, 0, 1) == 1:
         pass
     count = tl.load(Count)
@@ -433,9 +472,11 @@ class LayerNorm(torch.autograd.Function):
         mean = torch.empty(M, dtype=torch.float32, device=x.device)
         rstd = torch.empty(M, dtype=torch.float32, device=x.device)
         block_size = triton.next_power_of_2(N)
-        layer_norm_fwd_kernel[(M,)](x2d, y, weight, bias, mean, rstd, x2d.stride(0), N, eps, BLOCK_SIZE=block_size)
+        num_warps = min(max(block_size // 256, 1), 8)  # meaningless on nmp, passed as portable code does
+        layer_norm_fwd_kernel[(M,)](x2d, y, weight, bias, mean, rstd, x2d.stride(0), N, eps, BLOCK_SIZE=block_size,
+                                    num_warps=num_warps)  # fmt: skip
         ctx.save_for_backward(x2d, weight, bias, mean, rstd)
-        ctx.block_size = block_size
+        ctx.block_size, ctx.x_shape = block_size, x.shape
         return y.view_as(x)
 
     @staticmethod
@@ -461,8 +502,8 @@ class LayerNorm(torch.autograd.Function):
 
         # With M < GROUP_SIZE_M only the first M partial rows were written; the rest is uninitialised memory.
         layer_norm_bwd_dwdb_kernel[grid](partial_dw, partial_db, dw, db, min(group_size_m, M), N,
-                                         BLOCK_SIZE_M=8, BLOCK_SIZE_N=32)  # fmt: skip
-        return dx.view(ctx.saved_tensors[0].shape), None, dw, db, None
+                                         BLOCK_SIZE_M=8, BLOCK_SIZE_N=32, num_ctas=1)  # fmt: skip
+        return dx.view(ctx.x_shape), None, dw, db, None
 
 
 def layer_norm(x: torch.Tensor, normalized_shape: tuple[int, ...], weight: torch.Tensor, bias: torch.Tensor,
@@ -495,23 +536,61 @@ def test_layer_norm_fwd_bwd(dtype: torch.dtype, M: int, N: int) -> None:
     torch.testing.assert_close(bs.grad, br.grad.to(dtype), atol=tol, rtol=tol)
 
 
-def test_layer_norm_bwd_vs_interpreter() -> None:
-    # The lock kernel on its own: partial buffers and the Count flags must match the interpreter's.
+def test_layer_norm_3d_input() -> None:
+    # (batch, seq, hidden) activations: normalised over the last dimension, gradients in the input's shape.
+    x = randn(2, 5, 24, seed=13).requires_grad_(True)
+    w, b = randn(24, seed=14).requires_grad_(True), randn(24, seed=15).requires_grad_(True)
+    dy = randn(2, 5, 24, seed=16)
+    layer_norm(x, (24,), w, b).backward(dy)
+    grads = [t.grad for t in (x, w, b)]
+    xr, wr, br = (t.detach().clone().requires_grad_(True) for t in (x, w, b))
+    F.layer_norm(xr, (24,), wr, br).backward(dy)
+    for got, want in zip(grads, (xr.grad, wr.grad, br.grad)):
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+def test_layer_norm_bwd_vs_interpreter(dtype: torch.dtype) -> None:
+    # The lock kernel on its own, with partial buffers in the input dtype as Triton's tutorial keeps them and
+    # prefilled with garbage: only the Count flags keep the garbage out. Elementwise results must be identical.
     M, N, G = 13, 20, 4
-    x, dy, w = randn(M, N, seed=5), randn(M, N, seed=6), randn(N, seed=7)
-    mean, rstd = x.mean(dim=1), torch.rsqrt(x.var(dim=1, unbiased=False) + 1e-5)
-    args = (torch.empty(M, N), dy, torch.full((G, N), 123.0), torch.full((G, N), 123.0), x, w, mean, rstd,
+    x, dy, w = randn(M, N, dtype=dtype, seed=5), randn(M, N, dtype=dtype, seed=6), randn(N, dtype=dtype, seed=7)
+    xf = x.float()
+    mean, rstd = xf.mean(dim=1), torch.rsqrt(xf.var(dim=1, unbiased=False) + 1e-5)
+    garbage = torch.full((G, N), 123.0, dtype=dtype)
+    args = (torch.empty(M, N, dtype=dtype), dy, garbage, garbage, x, w, mean, rstd,
             torch.zeros(2 * G, dtype=torch.int32), x.stride(0), N)  # fmt: skip
     got = run_nmp(layer_norm_bwd_dx_kernel, (M,), *args, GROUP_SIZE_M=G, BLOCK_SIZE_N=32)
     ref = run_interp(layer_norm_bwd_dx_kernel, (M,), *args, GROUP_SIZE_M=G, BLOCK_SIZE_N=32)
-    for i in (0, 2, 3):
-        torch.testing.assert_close(got[i], ref[i], atol=1e-5, rtol=1e-5)
-    assert torch.equal(got[8], torch.tensor([0] * G + [1] * G, dtype=torch.int32))
-    assert torch.equal(got[8], ref[8])
-    xhat = (x - mean[:, None]) * rstd[:, None]
+    torch.testing.assert_close(got[0], ref[0], atol=TOL[dtype] / 10, rtol=TOL[dtype] / 10)
+    assert torch.equal(got[2], ref[2]) and torch.equal(got[3], ref[3])
+    assert torch.equal(got[8], ref[8]) and torch.equal(got[8], torch.tensor([0] * G + [1] * G, dtype=torch.int32))
+    xhat = (xf - mean[:, None]) * rstd[:, None]
     groups = torch.arange(M) % G
-    want_dw = torch.zeros(G, N).index_add_(0, groups, dy * xhat)
-    torch.testing.assert_close(got[2], want_dw, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got[2].float(), torch.zeros(G, N).index_add_(0, groups, dy.float() * xhat),
+                               atol=TOL[dtype], rtol=TOL[dtype])  # fmt: skip
+    torch.testing.assert_close(got[3].float(), torch.zeros(G, N).index_add_(0, groups, dy.float()),
+                               atol=TOL[dtype], rtol=TOL[dtype])  # fmt: skip
+
+
+def test_layer_norm_fwd_and_dwdb_vs_interpreter() -> None:
+    M, N = 9, 45
+    x, w, b = randn(M, N, seed=8) * 2 + 1, randn(N, seed=9), randn(N, seed=10)
+    args = (x, torch.empty(M, N), w, b, torch.empty(M), torch.empty(M), x.stride(0), N, 1e-5)
+    # BLOCK_SIZE < N here: the forward's loops take several chunks per row.
+    got = run_nmp(layer_norm_fwd_kernel, (M,), *args, BLOCK_SIZE=16)
+    ref = run_interp(layer_norm_fwd_kernel, (M,), *args, BLOCK_SIZE=16)
+    for i in (1, 4, 5):
+        torch.testing.assert_close(got[i], ref[i], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got[1], F.layer_norm(x, (N,), w, b, 1e-5), atol=1e-5, rtol=1e-5)
+
+    partial_dw, partial_db = randn(11, N, seed=11), randn(11, N, seed=12)
+    args = (partial_dw, partial_db, torch.empty(N), torch.empty(N), 11, N)
+    got = run_nmp(layer_norm_bwd_dwdb_kernel, (triton.cdiv(N, 16),), *args, BLOCK_SIZE_M=4, BLOCK_SIZE_N=16)
+    ref = run_interp(layer_norm_bwd_dwdb_kernel, (triton.cdiv(N, 16),), *args, BLOCK_SIZE_M=4, BLOCK_SIZE_N=16)
+    for i, want in ((2, partial_dw.sum(dim=0)), (3, partial_db.sum(dim=0))):
+        torch.testing.assert_close(got[i], ref[i], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(got[i], want, atol=1e-5, rtol=1e-5)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -528,8 +607,8 @@ def _attn_fwd_inner(
     v_ptrs = V_block_ptr + lo * stride_vn
     for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + offs_n
-        k = tl.load(k_ptrs, mask=cols[None, :] < seq_len, other=0.0)  # (HEAD_DIM, BLOCK_N): K transposed
-        qk = tl.dot(q, k)
+        k = tl.load(k_ptrs, mask=cols[:, None] < seq_len, other=0.0)
+        qk = tl.dot(q, tl.trans(k))
         keep = cols[None, :] < seq_len
         if DIAGONAL:
             keep = keep & (offs_m[:, None] >= cols[None, :])
@@ -550,7 +629,7 @@ def _attn_fwd_inner(
 
 @triton.jit
 def attn_fwd_kernel(
-    Q, K, V, Out, sm_scale, H, seq_len,
+    Q, K, V, Out, LSE, sm_scale, H, seq_len,
     stride_qz, stride_qh, stride_qm, stride_qk,
     stride_kz, stride_kh, stride_kn, stride_kk,
     stride_vz, stride_vh, stride_vn, stride_vk,
@@ -572,7 +651,7 @@ def attn_fwd_kernel(
     offs_d = tl.arange(0, HEAD_DIM)
     q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qk, mask=offs_m[:, None] < seq_len,
                 other=0.0)  # fmt: skip
-    k_ptrs = k_base + offs_d[:, None] * stride_kk + offs_n[None, :] * stride_kn
+    k_ptrs = k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kk
     v_ptrs = v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vk
 
     m_i = tl.full([BLOCK_M], -float("inf"), dtype=tl.float32)
@@ -590,28 +669,40 @@ def attn_fwd_kernel(
         acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, offs_m, 0, seq_len, seq_len,
                                         stride_kn, stride_vn, qk_scale, BLOCK_N, False)  # fmt: skip
     out = acc / l_i[:, None]
+    # log2 of each row's softmax denominator (in units of the scaled scores): what a backward pass needs.
+    tl.store(LSE + off_hz * seq_len + offs_m, m_i + tl.math.log2(l_i), mask=offs_m < seq_len)
     o_ptrs = o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_ok
     tl.store(o_ptrs, out.to(Out.type.element_ty), mask=offs_m[:, None] < seq_len)
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float,
-              block_m: int = 16, block_n: int = 16) -> torch.Tensor:  # fmt: skip
-    """softmax(q k^T * sm_scale) v for (batch, heads, seq, head_dim) tensors."""
+              block_m: int = 16, block_n: int = 16) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """softmax(q k^T * sm_scale) v for (batch, heads, seq, head_dim) tensors, and the per-row log2-sum-exp2."""
     Z, H, seq_len, head_dim = q.shape
     assert k.shape == v.shape == q.shape and head_dim in (16, 32, 64)
     o = torch.empty_like(q)
-    grid = (triton.cdiv(seq_len, block_m), Z * H)
+    lse = torch.empty((Z, H, seq_len), dtype=torch.float32, device=q.device)
+
+    def grid(meta: dict[str, Any]) -> tuple[int, int, int]:
+        return (triton.cdiv(seq_len, meta["BLOCK_M"]), Z * H, 1)
+
     attn_fwd_kernel[grid](
-        q, k, v, o, sm_scale, H, seq_len,
+        q, k, v, o, lse, sm_scale, H, seq_len,
         *q.stride(), *k.stride(), *v.stride(), *o.stride(),
         HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=causal,
     )  # fmt: skip
-    return o
+    return o, lse
 
 
-def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float) -> torch.Tensor:
-    out = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal, scale=sm_scale)
-    return out.to(q.dtype)
+def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                  sm_scale: float) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    qf, kf, vf = q.float(), k.float(), v.float()
+    out = F.scaled_dot_product_attention(qf, kf, vf, is_causal=causal, scale=sm_scale)
+    scores = (qf @ kf.transpose(-1, -2)) * sm_scale
+    if causal:
+        seq = q.shape[2]
+        scores = scores.masked_fill(torch.ones(seq, seq, dtype=torch.bool).triu(1), float("-inf"))
+    return out.to(q.dtype), torch.logsumexp(scores, dim=-1) / math.log(2)
 
 
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
@@ -621,19 +712,33 @@ def test_attention(dtype: torch.dtype, causal: bool, Z: int, H: int, seq: int, d
                    block_n: int) -> None:  # fmt: skip
     q, k, v = (randn(Z, H, seq, d, dtype=dtype, seed=s) for s in (1, 2, 3))
     sm_scale = 0.5 / math.sqrt(d)
-    o = attention(q, k, v, causal, sm_scale, block_m, block_n)
+    o, lse = attention(q, k, v, causal, sm_scale, block_m, block_n)
+    o_ref, lse_ref = attention_ref(q, k, v, causal, sm_scale)
     assert o.dtype == dtype
-    torch.testing.assert_close(o, attention_ref(q, k, v, causal, sm_scale), atol=TOL[dtype], rtol=TOL[dtype])
+    torch.testing.assert_close(o, o_ref, atol=TOL[dtype], rtol=TOL[dtype])
+    # The scores are computed from the same (fp16 or fp32) q and k, in fp32 either way.
+    torch.testing.assert_close(lse, lse_ref, atol=1e-4, rtol=1e-4)
+
+
+def test_attention_strided_qkv() -> None:
+    # q, k, v as views of one packed (batch, seq, 3, heads, head_dim) projection: no copies, odd strides.
+    qkv = randn(2, 29, 3, 2, 16, seed=7)
+    q, k, v = (t.transpose(1, 2) for t in qkv.unbind(dim=2))
+    assert not q.is_contiguous()
+    o, lse = attention(q, k, v, True, 0.25)
+    o_ref, lse_ref = attention_ref(q, k, v, True, 0.25)
+    torch.testing.assert_close(o, o_ref, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(lse, lse_ref, atol=1e-4, rtol=1e-4)
 
 
 def test_attention_vs_interpreter() -> None:
     Z, H, seq, d = 1, 2, 21, 16
     q, k, v = (randn(Z, H, seq, d, seed=s) for s in (4, 5, 6))
-    o = torch.empty_like(q)
-    args = (q, k, v, o, 0.25, H, seq, *q.stride(), *k.stride(), *v.stride(), *o.stride())
+    o, lse = torch.empty_like(q), torch.empty(Z, H, seq)
+    args = (q, k, v, o, lse, 0.25, H, seq, *q.stride(), *k.stride(), *v.stride(), *o.stride())
     meta = {"HEAD_DIM": d, "BLOCK_M": 16, "BLOCK_N": 8, "CAUSAL": True}
-    got = run_nmp(attn_fwd_kernel, (2, Z * H), *args, **meta)[3]
-    ref = run_interp(attn_fwd_kernel, (2, Z * H), *args, **meta)[3]
-    torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(got, attention_ref(q, k, v, True, 0.25), atol=1e-4, rtol=1e-4)
-
+    got = run_nmp(attn_fwd_kernel, (2, Z * H), *args, **meta)
+    ref = run_interp(attn_fwd_kernel, (2, Z * H), *args, **meta)
+    for i in (3, 4):
+        torch.testing.assert_close(got[i], ref[i], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got[3], attention_ref(q, k, v, True, 0.25)[0], atol=1e-4, rtol=1e-4)
