@@ -414,6 +414,16 @@ class LanguageCodegen:
         else:
             emit_elem(_i64(0), [])
 
+    def op_nmp_assume(self, op: Op) -> None:
+        """`llvm.assume` on a scalar condition; tensor conditions and the timing-only variant (whose
+        values may not be computed) assume nothing."""
+        (cond,) = op.operands
+        if self._timing or cond.type.is_tensor:
+            return
+        fn = self.module.globals.get("llvm.assume") or ir.Function(
+            self.module, ir.FunctionType(ir.VoidType(), [I1]), "llvm.assume")
+        self.b.call(fn, [self.scalar(cond)])
+
     def op_nmp_assert(self, op: Op) -> None:
         (cond,) = op.operands
         site = self._assert_site(op, op.attrs.get("msg", ""))

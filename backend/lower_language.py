@@ -170,6 +170,11 @@ class LanguageLowering:
                  "signed": tuple(int(x) for x in signed)}
         self.emit("nmp.print", [self.get(o) for o in op.operands], [], attrs)
 
+    def op_llvm_intr_assume(self, op: Op) -> None:
+        """`tl.assume(cond)` -> `nmp.assume`: an `llvm.assume` the optimiser may use (a false assumption is
+        undefined behaviour, as on GPUs)."""
+        self.emit("nmp.assume", [self.get(op.operands[0])], [], {})
+
     def op_tt_assert(self, op: Op) -> None:
         """`tl.device_assert` (compiled with debug=True) -> `nmp.assert`: the kernel stops with status
         STATUS_ASSERT and the runtime raises NMPDeviceAssertError quoting the message and the line."""

@@ -18,7 +18,7 @@ from .ir import Block, Func, Module, Op, Value
 # Ops with effects beyond their results: never removed by DCE.
 SIDE_EFFECT_OPS = {
     "nmp.dma_store", "nmp.scatter", "nmp.return", "scf.yield", "scf.condition", "nmp.yield",
-    "nmp.assert", "nmp.print", "nmp.atomic",
+    "nmp.assert", "nmp.print", "nmp.atomic", "nmp.assume",
 }
 
 # Ops whose results are views of their operand's buffer.

@@ -121,3 +121,22 @@ def test_control_flow_matches_interpreter(op: str) -> None:
 def test_pointer_carried_through_while_loop() -> None:
     x = torch.arange(16, dtype=torch.float32)
     check_vs_interp(control_kernel, (3,), x, torch.zeros(3 * 16), 13, OP="while_ptr", BLOCK=16, outputs=[1])
+
+
+@triton.jit
+def assume_kernel(out_ptr, N: tl.constexpr, BLOCK_N: tl.constexpr):
+    remaining = N - tl.program_id(0) * BLOCK_N
+    tl.assume(remaining >= BLOCK_N)
+    if remaining >= BLOCK_N:
+        tl.store(out_ptr + tl.program_id(0), remaining)
+    else:
+        tl.store(out_ptr + tl.program_id(0), -1)
+
+
+def test_assume_becomes_llvm_assume() -> None:
+    """`tl.assume` reaches LLVM as `llvm.assume` (the optimiser may use it) and changes no result."""
+    out = torch.zeros(8, dtype=torch.int32)
+    compiled = assume_kernel[(8,)](out, N=1024, BLOCK_N=128)
+    assert "llvm.assume" in compiled.asm["llir"]
+    assert "nmp.assume" in compiled.asm["nmpir"]
+    assert out.tolist() == [1024 - 128 * i for i in range(8)]
