@@ -385,6 +385,9 @@ class NMPLauncher:
         if padding not in ("zero", "nan"):
             raise self._error(p, f"has padding {padding!r}; expected 'zero' or 'nan'")
         base = v.base
+        dtype = _dtype_name(getattr(base, "dtype", None))
+        if dtype is not None and dtype != p.abi_ty[1:]:
+            raise self._error(p, f"has a base tensor of dtype {base.dtype}; the kernel was compiled for {p.ty}")
         if isinstance(base, self._Tensor) and base.is_cpu and base.is_contiguous():
             ptr, span = base.data_ptr(), base.numel() * base.element_size()
         elif base is None:
@@ -423,6 +426,28 @@ class NMPLauncher:
                 raise self._error(p, f"has a negative stride {tuple(v.stride())}; make it contiguous first")
             extent += (size - 1) * stride
         return (v.data_ptr(), extent * v.element_size())
+
+
+_DTYPE_NAMES: dict[Any, str | None] = {}
+
+
+def _dtype_name(dtype: Any) -> str | None:
+    """Triton's name of a tensor dtype ("fp32", "i8", ...), as in a `tensordesc<...>` type; None if unknown."""
+    try:
+        return _DTYPE_NAMES[dtype]
+    except KeyError:
+        pass
+    except TypeError:  # unhashable
+        return None
+    try:
+        from triton._utils import canonicalize_dtype
+
+        name = canonicalize_dtype(dtype)
+    except (ImportError, KeyError, TypeError):
+        name = None
+    if len(_DTYPE_NAMES) < 256:
+        _DTYPE_NAMES[dtype] = name
+    return name
 
 
 def _metadata_get(metadata: Any, key: str, default: Any) -> Any:

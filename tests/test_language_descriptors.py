@@ -499,6 +499,13 @@ def test_bad_rank_on_relaunch() -> None:
         k[(1, 1, 1)](host_desc(x, [1, 8, 16]), x, 0, 0)
 
 
+def test_bad_dtype_on_relaunch() -> None:
+    k, x = compiled_window(), torch.zeros(8, 16, dtype=torch.float16)
+    msg = r"argument 'x_desc': has a base tensor of dtype torch.float16; the kernel was compiled for tensordesc<fp32"
+    with pytest.raises(NMPLaunchError, match=msg):
+        k[(1, 1, 1)](host_desc(x, [8, 16]), x, 0, 0)
+
+
 def test_bad_not_a_descriptor_on_relaunch() -> None:
     k, x = compiled_window(), torch.zeros(8, 16)
     msg = r"kernel 'host_window_2d', argument 'x_desc': expects a triton.tools.tensor_descriptor.TensorDescriptor"
