@@ -175,6 +175,7 @@ class NMPLauncher:
         signature = dict(getattr(src, "signature", {}) or {})
         self.param_names = [k if isinstance(k, str) else f"arg{k}" for k in signature]
         self.plan = plan_arguments(signature)
+        self._fetch = tuple(p for p in self.plan if p.kind != DESC_FIELD)  # a DESC entry fills its fields
         slot_of: list[int] = []
         span_at: list[int] = []
         n = 0
@@ -321,10 +322,8 @@ class NMPLauncher:
         Tensor = self._Tensor
         vals: list[int] = []
         append = vals.append
-        for p in self.plan:
+        for p in self._fetch:
             kind = p.kind
-            if kind == DESC_FIELD:  # filled in by its descriptor's DESC entry
-                continue
             v = args[p.index]
             if p.sub:
                 v = self._descend(p, v)
