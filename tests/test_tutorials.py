@@ -159,6 +159,21 @@ def test_device_facts() -> None:
                               "max_num_regs": 65536, "warpSize": 1}  # fmt: skip
 
 
+def test_compiled_kernel_register_facts() -> None:
+    """Regression: load_binary reported n_regs == 0, so the occupancy arithmetic above divided by zero.
+
+    nmp has no register file limiting how many programs a PU keeps resident, so the register term must
+    never be the tighter bound: the scratchpad (metadata.shared) is."""
+    x = randn(4, 100)
+    kernel = softmax_kernel.warmup(torch.empty_like(x), x, 100, 100, 4, 100, BLOCK_SIZE=128, num_stages=2,
+                                   num_warps=32, grid=(1,))  # fmt: skip
+    kernel._init_handles()
+    facts = device_facts()
+    assert kernel.n_regs > 0 and kernel.n_spills == 0
+    by_regs = facts["max_num_regs"] // (kernel.n_regs * facts["warpSize"] * 32)
+    assert by_regs >= facts["max_shared_mem"] // kernel.metadata.shared >= 1
+
+
 @pytest.mark.parametrize("rows,cols", [(1, 1), (37, 203), (200, 64), (130, 781)])
 def test_softmax_persistent(rows: int, cols: int) -> None:
     x = randn(rows, cols, seed=rows) * 3
@@ -166,6 +181,7 @@ def test_softmax_persistent(rows: int, cols: int) -> None:
     torch.testing.assert_close(y, torch.softmax(x, dim=1), atol=1e-6, rtol=1e-5)
     assert launch["n_regs"] > 0 and launch["n_spills"] == 0
     assert 0 < launch["shared"] <= device_facts()["max_shared_mem"]
+    assert launch["occupancy"] == device_facts()["max_shared_mem"] // launch["shared"]  # the scratchpad binds
     assert 1 <= launch["num_programs"] <= rows
 
 
