@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .ir import Op, Ty, Value
+from .ir import Func, Op, Ty, Value
 
 # -- scalar expressions ---------------------------------------------------------------------------
 # An SExpr is an int constant, or a tuple: ("val", Value) for a TTIR scalar, ("sym", key) for a
@@ -86,7 +86,7 @@ class Affine:
 
 def elem_bytes(ty_name: str | None) -> int:
     return {"i1": 1, "i8": 1, "i16": 2, "i32": 4, "i64": 8, "f16": 2, "bf16": 2, "f32": 4, "f64": 8,
-            "f8E4M3FN": 1, "f8E5M2": 1}.get(ty_name or "", 0)
+            "f8E4M3FN": 1, "f8E5M2": 1, "f8E4M3B11FNUZ": 1, "f8E4M3FNUZ": 1, "f8E5M2FNUZ": 1}.get(ty_name or "", 0)
 
 
 def _def(v: Value) -> Op | None:
@@ -181,6 +181,10 @@ class AffineAnalysis:
             return Affine(src.root, src.offset, tuple(src.strides[i] for i in order))
         if name in ("arith.extsi", "arith.extui", "arith.trunci"):
             return self(op.operands[0])
+        if name == "tt.reshape":
+            src = self(op.operands[0])
+            strides = _reshape_unit_dims(op.operands[0].type.shape, ty.shape, src.strides if src else None, 0)
+            return None if src is None or strides is None else Affine(src.root, src.offset, strides)
         if name == "tt.addptr":
             base = self(op.operands[0])
             off = self(op.operands[1])
@@ -209,6 +213,60 @@ class AffineAnalysis:
         return None
 
 
+def _reshape_unit_dims(src_shape: tuple[int, ...], dst_shape: tuple[int, ...], per_dim, fill) -> tuple | None:
+    """`per_dim` (one entry per source dimension) for a reshape that only adds or drops dimensions of
+    size 1 (Triton's tensor-descriptor rewrite makes 16 -> 16x1); added dimensions get `fill`. None
+    for any other reshape."""
+    if per_dim is None or [d for d in src_shape if d != 1] != [d for d in dst_shape if d != 1]:
+        return None
+    kept = iter(x for d, x in zip(src_shape, per_dim) if d != 1)
+    return tuple(fill if d == 1 else next(kept) for d in dst_shape)
+
+
+def nonneg_value(v: Value, loops: dict[int, Op], depth: int = 0) -> bool:
+    """Whether the integer scalar `v` is provably >= 0: program ids, non-negative constants, induction
+    variables of loops from a non-negative start with a positive step, and sums, products and
+    extensions of those. Like Triton's own analyses, it assumes index arithmetic does not overflow
+    (if it did, the DMA bounds check would report the access instead of letting it through)."""
+    if depth > 24 or v.type.is_tensor:
+        return False
+    op = _def(v)
+    if op is None:
+        loop = loops.get(id(v))
+        if loop is None:
+            return False
+        step = _def(loop.operands[2])
+        return (nonneg_value(loop.operands[0], loops, depth + 1) and step is not None
+                and step.name == "arith.constant" and _int_attr(step) > 0)
+    name = op.name
+    if name == "arith.constant":
+        return _int_attr(op) >= 0
+    if name in ("tt.get_program_id", "tt.get_num_programs"):
+        return True
+    if name in ("arith.extsi", "arith.extui", "arith.index_cast", "arith.addi", "arith.muli", "arith.minsi"):
+        return all(nonneg_value(o, loops, depth + 1) for o in op.operands)
+    if name == "arith.maxsi":
+        return any(nonneg_value(o, loops, depth + 1) for o in op.operands)
+    return False
+
+
+def _int_attr(op: Op) -> int:
+    val = op.attrs.get("value")
+    return val if isinstance(val, int) and not isinstance(val, bool) else -1
+
+
+def nonneg_sexpr(e: SExpr, loops: dict[int, Op]) -> bool:
+    if isinstance(e, bool) or e is None:
+        return False
+    if isinstance(e, int):
+        return e >= 0
+    if e[0] == "val":
+        return nonneg_value(e[1], loops)
+    if e[0] in ("add", "mul"):
+        return nonneg_sexpr(e[1], loops) and nonneg_sexpr(e[2], loops)
+    return False
+
+
 @dataclass(frozen=True)
 class MaskBox:
     """A rectangular mask: element (i_0, ..., i_r) is valid iff i_d < bounds[d] for every bounded d
@@ -219,9 +277,19 @@ class MaskBox:
 
 
 class MaskAnalysis:
-    def __init__(self, affine: AffineAnalysis):
+    def __init__(self, affine: AffineAnalysis, func: Func | None = None):
         self.affine = affine
         self.memo: dict[int, MaskBox | None] = {}
+        self.func = func
+        self._loops: dict[int, Op] | None = None
+
+    @property
+    def loops(self) -> dict[int, Op]:
+        """scf.for ops by (the id of) their induction variable, for `nonneg_value`."""
+        if self._loops is None:
+            walk = self.func.walk() if self.func is not None else ()
+            self._loops = {id(op.regions[0].block.args[0]): op for op in walk if op.name == "scf.for"}
+        return self._loops
 
     def __call__(self, v: Value) -> MaskBox | None:
         key = id(v)
@@ -275,6 +343,13 @@ class MaskAnalysis:
             b = list(src.bounds)
             b.insert(int(op.attrs["axis"]), None)
             return MaskBox(tuple(b), src.guards)
+        if name == "tt.reshape":
+            src = self(op.operands[0])
+            in_shape = op.operands[0].type.shape
+            if src is None or any(d == 1 and b is not None for d, b in zip(in_shape, src.bounds)):
+                return None
+            bounds = _reshape_unit_dims(in_shape, ty.shape, src.bounds, None)
+            return None if bounds is None else MaskBox(bounds, src.guards)
         if name == "arith.cmpi":
             pred = op.attrs["_words"][0]
             lhs, rhs = op.operands
@@ -284,7 +359,11 @@ class MaskAnalysis:
             if pred not in ("slt", "sle"):
                 return None
             x, n = self.affine(lhs), self.affine(rhs)
-            if x is None or n is None or x.root is not None or n.root is not None or not n.is_uniform:
+            if x is None or n is None or x.root is not None or n.root is not None:
+                return None
+            if x.is_uniform and not n.is_uniform:
+                return self._lower_bound(x, n, pred, rank)
+            if not n.is_uniform:
                 return None
             limit = s_sub(n.offset, x.offset)
             if pred == "sle":
@@ -298,3 +377,16 @@ class MaskAnalysis:
             bounds[nonzero[0]] = limit
             return MaskBox(tuple(bounds))
         return None
+
+    def _lower_bound(self, c: Affine, x: Affine, pred: str, rank: int) -> MaskBox | None:
+        """`c <= x` (or `c < x`) for a uniform integer constant c: a box only when it holds for every
+        element, i.e. x's smallest element (its offset: all strides are non-negative) is provably
+        >= c. That is the `offs >= 0` half of the masks of Triton's tensor-descriptor rewrite, for
+        offsets built from program ids, constants and loop counters; other lower bounds stay gathers."""
+        need = c.offset + (1 if pred == "slt" else 0) if isinstance(c.offset, int) else None
+        loops = self.loops
+        if need is None or need > 0 or not nonneg_sexpr(x.offset, loops):
+            return None
+        if not all(nonneg_sexpr(s, loops) for s in x.strides):
+            return None
+        return MaskBox((None,) * rank)

@@ -38,7 +38,7 @@ class Lowering(LanguageLowering):
     def __init__(self, func: Func):
         self.func = func
         self.aff = AffineAnalysis(func.args)
-        self.masks = MaskAnalysis(self.aff)
+        self.masks = MaskAnalysis(self.aff, func)
         self.vmap: dict[int, Value] = {}
         self.syms: dict[object, Value] = {}
         self.block: Block | None = None
@@ -275,6 +275,11 @@ class Lowering(LanguageLowering):
             return self.const(op.attrs["value"], other.type.scalar)
         if op is not None and op.name == "tt.splat":
             return self.get(op.operands[0])
+        if op is not None and op.name == "arith.select" and not op.operands[0].type.is_tensor:
+            # zero-or-NaN padding of a tensor descriptor (a runtime flag): a scalar choice, no tiles
+            a, b = (self.other_value(o) for o in op.operands[1:])
+            if not a.type.is_tensor and not b.type.is_tensor:
+                return self.emit("arith.select", [self.get(op.operands[0]), a, b], [a.type]).result
         return self.get(other)
 
     def op_tt_load(self, op: Op) -> None:
