@@ -45,6 +45,8 @@ class Lowering(LanguageLowering):
         self.loc = Loc()
         self.block_arg_init: dict[int, Value] = {}
         self.counter = itertools.count()
+        self.deferred = _nested_only_constants(func)
+        self.sunk: dict[tuple[int, int], tuple[Block, Value]] = {}
 
     # -- helpers -----------------------------------------------------------------------------------
     def error(self, msg: str, hint: str = "") -> NMPCompilationError:
@@ -67,6 +69,8 @@ class Lowering(LanguageLowering):
         nv = self.vmap.get(id(v))
         if nv is not None:
             return nv
+        if id(v) in self.deferred:
+            return self._sunk_constant(v)
         form = self.aff(v)
         if form is not None and v.type.is_tensor:
             nv = self.materialize(form, v.type)
@@ -143,6 +147,16 @@ class Lowering(LanguageLowering):
             return None
         return None
 
+    def _sunk_constant(self, v: Value) -> Value:
+        """A tile constant used only in nested regions, built in the block that uses it (once per block),
+        so it joins the elementwise run there instead of holding scratchpad across the whole region."""
+        key = (id(v), id(self.block))
+        hit = self.sunk.get(key)
+        if hit is None:
+            const = self.emit("nmp.const", [], [v.type], {"value": v.owner.attrs["value"]}, names=[v.name]).result
+            hit = self.sunk[key] = (self.block, const)  # the block is kept alive: its id stays unique
+        return hit[1]
+
     # -- driver --------------------------------------------------------------------------------------
     def run(self) -> Func:
         body = Block()
@@ -214,6 +228,8 @@ class Lowering(LanguageLowering):
             val = op.attrs["value"]
             if isinstance(val, list):
                 raise self.error("non-splat dense tensor constants are not supported yet")
+            if id(r) in self.deferred:
+                return  # built where it is used (`_sunk_constant`)
             new = self.emit("nmp.const", [], [r.type], {"value": val}, names=[r.name])
         else:
             new = self.emit("arith.constant", [], [r.type], {"value": op.attrs["value"]}, names=[r.name])
@@ -444,6 +460,27 @@ class Lowering(LanguageLowering):
                 self.block_arg_init[id(r)] = inits[i]
             else:
                 self.vmap[id(r)] = new.results[i]
+
+
+def _nested_only_constants(func: Func) -> set[int]:
+    """Splat tile constants whose every use sits in a nested region, never in the defining block.
+    MLIR hoists constants to the function entry; e.g. the tf32-rounding branch of a host tensor
+    descriptor load uses five block-sized constants that would otherwise be live for the whole kernel."""
+    defined: dict[int, Block] = {}
+    used_in: dict[int, set[int]] = {}
+
+    def visit(block: Block) -> None:
+        for op in block.ops:
+            if op.name == "arith.constant" and op.results[0].type.is_tensor:
+                defined[id(op.results[0])] = block
+            for o in op.operands:
+                used_in.setdefault(id(o), set()).add(id(block))
+            for region in op.regions:
+                for b in region.blocks:
+                    visit(b)
+
+    visit(func.body)
+    return {k for k, b in defined.items() if used_in.get(k) and id(b) not in used_in[k]}
 
 
 def lower_to_nmpir(mod: Module) -> Module:
