@@ -2,7 +2,7 @@
 
 Tile ops (`nmp.vec`) and scalar ops share these emitters, so a value computes the same in a tile as
 in a scalar. Values are held in a *compute* representation: integers as iN, fp32/fp64 natively,
-fp16/bf16 widened to fp32 (each op rounds back to the narrow type when it stores, which gives the
+fp16/bf16/fp8 widened to fp32 (each op rounds back to the narrow type when it stores, which gives the
 same result as native fp16 arithmetic for + - * / since fp32 carries enough extra bits), pointers as
 i64 addresses. Integer division by zero and INT_MIN / -1 are defined (0 and wrap-around) instead of
 trapping, so garbage in masked-off lanes can never crash the simulator.
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from . import fp8
 from .fastmath import exp2_f32, exp_f32
 from .ir import Ty
 
@@ -28,7 +29,7 @@ def compute_type(t: Ty) -> ir.Type:
         return ir.IntType(int(e[1:]))
     if e == "f64":
         return F64
-    if e in ("f32", "f16", "bf16"):
+    if e in ("f32", "f16", "bf16") or e in fp8.FORMATS:
         return F32
     raise NotImplementedError(f"element type {e} is not supported on nmp")
 
@@ -39,6 +40,8 @@ def storage_type(t: Ty) -> ir.Type:
         return I8
     if e in ("f16", "bf16"):
         return I16
+    if e in fp8.FORMATS:
+        return I8
     return compute_type(t)
 
 
@@ -51,6 +54,8 @@ def to_compute(b: ir.IRBuilder, v: ir.Value, t: Ty) -> ir.Value:
         return b.fpext(b.bitcast(v, HALF), F32)
     if e == "bf16":
         return b.bitcast(b.shl(b.zext(v, I32), ir.Constant(I32, 16)), F32)
+    if e in fp8.FORMATS:
+        return fp8.decode(b, v, fp8.FORMATS[e])
     return v
 
 
@@ -62,6 +67,8 @@ def to_storage(b: ir.IRBuilder, v: ir.Value, t: Ty) -> ir.Value:
         return b.bitcast(b.fptrunc(v, HALF), I16)
     if e == "bf16":
         return f32_to_bf16_bits(b, v)
+    if e in fp8.FORMATS:
+        return fp8.encode(b, v, fp8.FORMATS[e])
     return v
 
 
@@ -77,7 +84,7 @@ def f32_to_bf16_bits(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
 
 def round_to(b: ir.IRBuilder, v: ir.Value, t: Ty) -> ir.Value:
     """Round an fp32 compute value to the precision of a narrow float type (identity otherwise)."""
-    if t.elem in ("f16", "bf16"):
+    if t.elem in ("f16", "bf16") or t.elem in fp8.FORMATS:
         return to_compute(b, to_storage(b, v, t), t)
     return v
 

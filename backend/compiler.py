@@ -160,7 +160,9 @@ class NMPBackend(BaseBackend):
         return (metadata.num_warps, metadata.num_ctas, metadata.shared)
 
     def get_codegen_implementation(self, options):
-        return {"min_dot_size": _min_dot_size}
+        from .fp8_convert import convert_custom_types
+
+        return {"min_dot_size": _min_dot_size, "convert_custom_types": convert_custom_types}
 
     def get_module_map(self) -> dict[str, ModuleType]:
         # `triton.language.extra.libdevice` resolves to CUDA's libdevice names (`__nv_*`), which the

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 INT_TYPES = {"i1": 1, "i8": 8, "i16": 16, "i32": 32, "i64": 64}
-FLOAT_TYPES = {"f16": 16, "bf16": 16, "f32": 32, "f64": 64, "f8E4M3FN": 8, "f8E5M2": 8}
+FLOAT_TYPES = {"f16": 16, "bf16": 16, "f32": 32, "f64": 64, "f8E4M3FN": 8, "f8E5M2": 8, "f8E4M3B11FNUZ": 8,
+               "f8E4M3FNUZ": 8, "f8E5M2FNUZ": 8}
 
 
 @dataclass(frozen=True)
