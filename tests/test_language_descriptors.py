@@ -185,10 +185,11 @@ def dev_lying_shape(x_ptr, y_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr):
 
 
 def test_device_1d_tail() -> None:
-    """50 elements in blocks of 16: the last block hangs over by 14 and must neither read nor write there."""
+    """50 elements in blocks of 16: the fourth block hangs over by 14, a fifth program's block lies
+    wholly outside; neither may read or write there."""
     x = rand((50,), torch.float32)
     big, idx = padded_view((50,), torch.float32)
-    dev_scale_1d[(triton.cdiv(50, 16),)](x, big[idx], 50, B=16)
+    dev_scale_1d[(triton.cdiv(50, 16) + 1,)](x, big[idx], 50, B=16)
     check_view_written(big, idx, x * 2, "dev_scale_1d")
 
 
@@ -385,7 +386,7 @@ def host_desc(t: torch.Tensor, block: list[int], **kw) -> TensorDescriptor:
 def test_host_1d_tail() -> None:
     x = rand((45,), torch.float32, seed=8)
     big, idx = padded_view((45,), torch.float32)
-    host_scale[(triton.cdiv(45, 16),)](host_desc(x, [16]), host_desc(big[idx], [16]))
+    host_scale[(triton.cdiv(45, 16) + 1,)](host_desc(x, [16]), host_desc(big[idx], [16]))
     check_view_written(big, idx, x * 2, "host 1-D")
 
 
@@ -466,6 +467,38 @@ def test_host_descriptor_relaunch_uses_new_values() -> None:
         y = torch.zeros(M, N)
         host_scale[grid_for((M, N), (8, 16))](host_desc(x, [8, 16]), host_desc(y, [8, 16]))
         assert_same(y, x * 2, what=f"host scale {M}x{N}")
+
+
+# -- lowering: structured DMA, scratchpad ----------------------------------------------------------------------
+
+
+def memory_ops(compiled) -> set[str]:
+    """How a compiled kernel moves data: `dma_load`/`dma_store` (structured) or `gather`/`scatter`."""
+    return set(re.findall(r"nmp\.(dma_load|dma_store|gather|scatter) ", compiled.asm["nmpir"]))
+
+
+def test_program_id_offsets_lower_to_dma() -> None:
+    """Offsets built from program ids are provably >= 0, so the rewrite's masks reduce to a DMA box."""
+    x, y = torch.zeros(20, 32), torch.zeros(20, 32)
+    compiled = dev_scale_2d[(3, 2)](x, y, 20, 32, 32, 32, BM=8, BN=16)
+    assert memory_ops(compiled) == {"dma_load", "dma_store"}
+
+
+def test_loop_offsets_lower_to_dma() -> None:
+    """Loop counters from 0 are provably >= 0 as well: the matmul's K loop streams tiles by DMA."""
+    a, b, c = (host_desc(torch.zeros(32, 32), [16, 16]) for _ in range(3))
+    compiled = host_matmul[(2, 2)](a, b, c, B_T=False)
+    assert memory_ops(compiled) == {"dma_load", "dma_store"}
+
+
+def test_large_fp32_host_blocks_fit() -> None:
+    """128 x 128 fp32 blocks (64 KiB each), tails on both axes: the block tiles and the tf32 branch
+    of the load fit the 256 KiB scratchpad."""
+    x = rand((130, 140), torch.float32, seed=16)
+    y = torch.zeros(130, 140)
+    compiled = host_scale[(2, 2)](host_desc(x, [128, 128]), host_desc(y, [128, 128]))
+    assert_same(y, x * 2, what="128 x 128 blocks")
+    assert compiled.metadata.shared <= 256 * 1024
 
 
 # -- bad inputs -------------------------------------------------------------------------------------------------
