@@ -20,6 +20,7 @@ import triton.language as tl
 from triton.compiler.errors import CompilationError
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+import triton_nmp
 from tests.test_language_harness import assert_same, check_vs_interp
 from triton_nmp.errors import NMPLaunchError, NMPOutOfBoundsError
 
@@ -499,6 +500,14 @@ def test_large_fp32_host_blocks_fit() -> None:
     compiled = host_scale[(2, 2)](host_desc(x, [128, 128]), host_desc(y, [128, 128]))
     assert_same(y, x * 2, what="128 x 128 blocks")
     assert compiled.metadata.shared <= 256 * 1024
+
+
+def test_check_config_takes_host_descriptors() -> None:
+    """The legality query (used by autotuning's pruning) types a descriptor by its dtype and block shape."""
+    d = host_desc(torch.zeros(64, 64), [32, 32])
+    verdict = triton_nmp.check_config(host_scale, {"x_desc": d, "y_desc": d})
+    assert verdict.legal, verdict.reason
+    assert 2 * 32 * 32 * 4 <= verdict.spm_peak_bytes <= 64 * 1024
 
 
 # -- bad inputs -------------------------------------------------------------------------------------------------

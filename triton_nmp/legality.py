@@ -40,6 +40,9 @@ class Verdict:
 
 
 def _type_of(value: Any) -> str:
+    if hasattr(value, "base") and hasattr(value, "block_shape"):  # a host-side TensorDescriptor
+        block = ", ".join(str(int(b)) for b in value.block_shape)
+        return f"tensordesc<{_type_of(value.base)[1:]}[{block}]>"
     if hasattr(value, "data_ptr") and hasattr(value, "dtype"):
         try:
             return "*" + _DTYPES[str(value.dtype)]
