@@ -120,7 +120,10 @@ def elf_symbols(data: bytes) -> ElfSymbols:
 # ---------------------------------------------------------------------------------------------
 # MCJIT loading
 
-_lock = threading.Lock()
+# Reentrant: Triton's CompiledKernel.__del__ unloads its module, and the garbage collector can run
+# that finalizer inside `load_object` (any allocation may trigger a collection) on the thread that
+# already holds the lock; a plain Lock deadlocked the process there (seen in long test runs).
+_lock = threading.RLock()
 _initialized = False
 # Loaded objects by the function address `load_binary` handed to Triton, so the launcher can get
 # from `CompiledKernel.function` back to the object and resolve metadata["nmp_entry"] in it.

@@ -712,3 +712,23 @@ def test_device_interface_and_do_bench() -> None:
         trt.driver._active = prev
     assert 0 < ms < 50
     assert out.tolist() == list(range(64))
+
+
+def test_unload_inside_load_does_not_deadlock() -> None:
+    """A CompiledKernel finalizer (run by the GC at any allocation, e.g. inside `load_object` while it
+    holds the loader lock) unloads another object on the same thread: that must not block."""
+    import threading
+
+    first = loader.load_object(emit(PID_IR), "pid_kernel")
+    done = threading.Event()
+
+    def reenter() -> None:
+        with loader._lock:  # what `load_object` holds when the collector runs the finalizer
+            first.close()
+        done.set()
+
+    t = threading.Thread(target=reenter, daemon=True)
+    t.start()
+    t.join(timeout=30)
+    assert done.is_set(), "unloading while the loader lock is held deadlocked"
+    assert first.closed
