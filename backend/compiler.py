@@ -27,7 +27,7 @@ from . import llvm_target
 from .codegen import generate_llvm
 from .lower_nmpir import lower_to_nmpir
 from .nmpir import print_module
-from .scratchpad import ScratchpadPlan, legalize_scratchpad, mark_multibuffered_loads
+from .scratchpad import ScratchpadPlan, legalize_with_stages
 from .ttir_import import import_ttir
 
 VERSION = "0.1.0"
@@ -195,9 +195,9 @@ class NMPBackend(BaseBackend):
         module = import_ttir(str(src))
         metadata["name"] = module.kernel.name
         nmp = lower_to_nmpir(module)
-        mark_multibuffered_loads(nmp.kernel, options.num_stages)
         spec = active_target()
-        plan = legalize_scratchpad(nmp, spec)
+        plan, depth = legalize_with_stages(nmp, spec, options.num_stages)
+        metadata["nmp_num_stages"] = depth  # the multi-buffering depth that fits (<= num_stages)
         metadata["shared"] = plan.peak_bytes
         metadata["nmp_spm_bytes"] = plan.peak_bytes
         return NMPIR(nmp, plan)

@@ -344,8 +344,6 @@ def mark_multibuffered_loads(func: Func, num_stages: int) -> int:
     bounds) does not depend on data loaded in the same iteration, so the next iteration's transfer can
     be issued before this iteration's compute. Each marked load gets `num_stages` scratchpad buffers.
     """
-    if num_stages < 2:
-        return 0
     marked = 0
     for op in func.walk():
         if op.name != "scf.for":
@@ -355,11 +353,33 @@ def mark_multibuffered_loads(func: Func, num_stages: int) -> int:
         for inner in body.ops:
             if inner.name != "nmp.dma_load" or not inner.results[0].type.is_tensor:
                 continue
-            if any(_depends_on_loaded_data(o, body_ops) for o in inner.operands[1:]):
+            inner.attrs.pop("stages", None)
+            if num_stages < 2 or any(_depends_on_loaded_data(o, body_ops) for o in inner.operands[1:]):
                 continue
             inner.attrs["stages"] = num_stages
             marked += 1
     return marked
+
+
+def legalize_with_stages(module, spec, num_stages: int) -> tuple[ScratchpadPlan, int]:
+    """Multi-buffer loop loads `num_stages` deep and plan the scratchpad; when the rings do not fit,
+    buffer less deeply (down to single buffering) before refusing the kernel.
+
+    `num_stages` is a pipelining request, as on GPUs; a kernel that fits single-buffered is not
+    rejected for asking more (portable code picks num_stages for a GPU's memory, e.g. the softmax
+    tutorial's 4). Returns the plan and the depth used; raises NMPScratchpadOverflowError if even
+    single buffering does not fit."""
+    from triton_nmp.errors import NMPScratchpadOverflowError
+
+    depth = max(num_stages, 1)
+    while True:
+        marked = mark_multibuffered_loads(module.kernel, depth)
+        try:
+            return legalize_scratchpad(module, spec), depth if marked else min(depth, 1)
+        except NMPScratchpadOverflowError:
+            if not marked or depth <= 1:
+                raise
+            depth -= 1
 
 
 def legalize_scratchpad(module, spec) -> ScratchpadPlan:

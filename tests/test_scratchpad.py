@@ -63,6 +63,24 @@ def test_multibuffering_charges_stage_buffers_and_keeps_results(stages):
         assert f"x {stages} stages" in k.asm["nmpir"]
 
 
+def test_too_deep_multibuffering_is_made_shallower_not_refused():
+    """num_stages is a request: 8 rings of 16 KiB a/b tiles plus the accumulator exceed 256 KiB, so the
+    loads are buffered 7 deep (the deepest that fits) and the legality query agrees."""
+    BM = BN = BK = 64
+    K = 256
+    a, b = torch.randn(BM, K), torch.randn(K, BN)
+    c = torch.empty(BM, BN)
+    k = pk.dot_loop_kernel[(1,)](a, b, c, K, BM=BM, BN=BN, BK=BK, num_stages=8)
+    torch.testing.assert_close(c, a @ b, rtol=1e-4, atol=1e-4)
+    tile, acc = BM * BK * 4, BM * BN * 4
+    assert k.metadata.nmp_num_stages == 7
+    assert k.metadata.shared == acc + 2 * 7 * tile <= 262144
+    assert "x 7 stages" in k.asm["nmpir"]
+    verdict = check_config(pk.dot_loop_kernel, dict(a_ptr=a, b_ptr=b, c_ptr=c, K=K),
+                           triton.Config({"BM": BM, "BN": BN, "BK": BK}, num_stages=8))
+    assert verdict.legal and verdict.spm_peak_bytes == k.metadata.shared
+
+
 def test_legality_query_prunes_oversized_configs_fast():
     clear_cache()
     n = 1 << 20

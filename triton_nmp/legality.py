@@ -105,7 +105,7 @@ def lower_config(kernel, args: dict[str, Any] | tuple | list, config: Any = None
 
     from triton_nmp.backend.compiler import NMPBackend
     from triton_nmp.backend.lower_nmpir import lower_to_nmpir
-    from triton_nmp.backend.scratchpad import legalize_scratchpad, mark_multibuffered_loads, plan_scratchpad
+    from triton_nmp.backend.scratchpad import legalize_with_stages, plan_scratchpad
     from triton_nmp.backend.ttir_import import import_ttir
     from triton_nmp.driver.driver import target_arch
 
@@ -152,9 +152,8 @@ def lower_config(kernel, args: dict[str, Any] | tuple | list, config: Any = None
     else:
         try:
             nmp = lower_to_nmpir(import_ttir(ttir))
-            mark_multibuffered_loads(nmp.kernel, opts.num_stages)
-            try:
-                plan = legalize_scratchpad(nmp, spec)  # strip-mines what can be made to fit
+            try:  # buffers less deeply, then strip-mines, what can be made to fit
+                plan, _ = legalize_with_stages(nmp, spec, opts.num_stages)
             except NMPCompilationError as e:
                 if "scratchpad overflow" not in str(e):
                     raise
