@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
@@ -425,20 +426,32 @@ clock = SimClock()
 
 
 class Event:
-    """An event on the simulated clock; `elapsed_time` is in simulated milliseconds like torch.cuda.Event."""
+    """An event on the simulated clock, like torch.cuda.Event; `elapsed_time` is in milliseconds.
 
-    __slots__ = ("enable_timing", "_t")
+    Between two events that saw nmp launches, the time is simulated device time. Between two events
+    with no launch in between (host-only work, e.g. a torch baseline timed with `triton.testing.do_bench`
+    as the tutorials do) it is host wall-clock time: that work really runs on the host CPU, and a
+    simulated 0 ms would make Triton's `do_bench` divide by zero.
+    """
+
+    __slots__ = ("enable_timing", "_t", "_launches", "_wall_ns")
 
     def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
         self.enable_timing = enable_timing
         self._t: int | None = None  # simulated picoseconds
+        self._launches = 0
+        self._wall_ns = 0
 
     def record(self, stream: Any = None) -> None:
         self._t = clock.now_ps()
+        self._launches = clock.stats.executed + clock.stats.replayed
+        self._wall_ns = time.perf_counter_ns()
 
     def elapsed_time(self, end_event: Event) -> float:
         if self._t is None or end_event._t is None:
             raise RuntimeError("both events must be recorded before elapsed_time() is called")
+        if end_event._launches == self._launches:
+            return (end_event._wall_ns - self._wall_ns) / 1e6
         return (end_event._t - self._t) / 1e9
 
     def query(self) -> bool:

@@ -689,7 +689,8 @@ def test_device_interface_and_do_bench() -> None:
     time.sleep(0.002)
     ev1.record()
     device_interface.synchronize()
-    assert ev0.elapsed_time(ev1) == 0.0  # host time does not move the simulated clock
+    # no nmp launch in between: host-only work is timed on the host's wall clock
+    assert 2.0 <= ev0.elapsed_time(ev1) < 1000.0
     assert device_interface.current_device() == 0
 
     d = NMPDriver()
