@@ -414,6 +414,9 @@ class LanguageCodegen:
         else:
             emit_elem(_i64(0), [])
 
+    def op_nmp_unsplat(self, op: Op) -> None:
+        self.vals[id(op.result)] = self.load_elem(op.operands[0], _i64(0))
+
     def op_nmp_assume(self, op: Op) -> None:
         """`llvm.assume` on a scalar condition; tensor conditions and the timing-only variant (whose
         values may not be computed) assume nothing."""

@@ -126,6 +126,17 @@ def _min_dot_size(lhs_type, rhs_type):
     return (1, 1, 1)
 
 
+def _allow_inlining(mod) -> None:
+    """Clear `noinline` on every function so the inliner inlines them: one program is one straight-line
+    body on a PU (there is no call stack of tiles), and a call costs nothing a user could observe."""
+    names: list[str] = []
+    mod.walk(lambda op: names.append(op.get_str_attr("sym_name")) if op.get_name() == "tt.func" else None)
+    no = ir.builder(mod.context).get_bool_attr(False)
+    for name in names:
+        if mod.has_function(name):
+            mod.get_function(name).set_attr("noinline", no)
+
+
 class NMPBackend(BaseBackend):
     binary_ext = "nmpbin"
 
@@ -177,6 +188,7 @@ class NMPBackend(BaseBackend):
     # -- stages ---------------------------------------------------------------------------------------
     @staticmethod
     def make_ttir(mod, metadata, options):
+        _allow_inlining(mod)
         pm = ir.pass_manager(mod.context)
         pm.enable_debug()
         passes.common.add_inliner(pm)

@@ -175,6 +175,16 @@ class LanguageLowering:
         undefined behaviour, as on GPUs)."""
         self.emit("nmp.assume", [self.get(op.operands[0])], [], {})
 
+    def op_tt_unsplat(self, op: Op) -> None:
+        """`tl.split` down to scalars ends in `tt.unsplat`: the single element of a one-element tile."""
+        new = self.emit("nmp.unsplat", [self.get(op.operands[0])], [op.results[0].type], {},
+                        names=[op.results[0].name])
+        self.bind(op, new)
+
+    def op_ttg_barrier(self, op: Op) -> None:
+        """`tl.debug_barrier()`: a program is one sequential instruction stream on its PU, so every
+        earlier access of the program is complete already; nothing to emit."""
+
     def op_tt_assert(self, op: Op) -> None:
         """`tl.device_assert` (compiled with debug=True) -> `nmp.assert`: the kernel stops with status
         STATUS_ASSERT and the runtime raises NMPDeviceAssertError quoting the message and the line."""

@@ -726,6 +726,9 @@ def _custom_result_types(name, operands, words, consts, type_toks, attrs, n_resu
         return [Ty(pt.pointee, pt.shape)]
     if name in ("tt.get_program_id", "tt.get_num_programs"):
         return [Ty("i32")]
+    if name == "tt.unsplat":  # `tt.unsplat %t : tensor<1xT>` prints the operand's type; the result is T
+        src = tys[0] if tys else operands[0].type
+        return [Ty(src.elem, (), src.pointee)]
     if name == "arith.select" and tys:
         return [tys[-1]]
     if name == "arith.constant" and not tys:

@@ -140,3 +140,41 @@ def test_assume_becomes_llvm_assume() -> None:
     assert "llvm.assume" in compiled.asm["llir"]
     assert "nmp.assume" in compiled.asm["nmpir"]
     assert out.tolist() == [1024 - 128 * i for i in range(8)]
+
+
+@triton.jit(noinline=True)
+def _noinline_scale(x, k):
+    return tl.where(k > 1, x * k, x) + 1
+
+
+@triton.jit
+def noinline_caller_kernel(x_ptr, o_ptr, k, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(o_ptr + offs, _noinline_scale(tl.load(x_ptr + offs), k))
+    tl.debug_barrier()
+
+
+def test_noinline_functions_are_inlined_and_barriers_accepted() -> None:
+    """`@triton.jit(noinline=True)` callees run (nmp inlines them: a program has no call stack of tiles);
+    `tl.debug_barrier()` is a no-op on a PU that runs one program's instructions in order."""
+    x = torch.arange(16, dtype=torch.float32)
+    out = torch.empty_like(x)
+    k = noinline_caller_kernel[(1,)](x, out, 3, BLOCK=16)
+    assert torch.equal(out, x * 3 + 1)
+    assert "tt.call" not in k.asm["ttir"]
+
+
+@triton.jit
+def split_to_scalars_kernel(x_ptr, a_ptr, b_ptr):
+    a, b = tl.split(tl.load(x_ptr + tl.arange(0, 2)))
+    tl.static_assert(a.shape == [])
+    tl.store(a_ptr, a)
+    tl.store(b_ptr, b)
+
+
+def test_split_down_to_scalars() -> None:
+    """`tl.split` of a 2-element tensor yields scalars through `tt.unsplat`."""
+    x = torch.tensor([7, -3], dtype=torch.int64)
+    a, b = torch.zeros(1, dtype=torch.int64), torch.zeros(1, dtype=torch.int64)
+    split_to_scalars_kernel[(1,)](x, a, b)
+    assert (a.item(), b.item()) == (7, -3)
