@@ -143,24 +143,30 @@ def test_assume_becomes_llvm_assume() -> None:
 
 
 @triton.jit(noinline=True)
-def _noinline_scale(x, k):
+def _noinline_scaled(x, k):
     return tl.where(k > 1, x * k, x) + 1
 
 
+@triton.jit(noinline=True)
+def _noinline_store(z_ptr, v):
+    tl.store(z_ptr, _noinline_scaled(v, 2))
+
+
 @triton.jit
-def noinline_caller_kernel(x_ptr, o_ptr, k, BLOCK: tl.constexpr):
-    offs = tl.arange(0, BLOCK)
-    tl.store(o_ptr + offs, _noinline_scale(tl.load(x_ptr + offs), k))
+def noinline_caller_kernel(x_ptr, o_ptr, k):
+    i = tl.program_id(0)
+    v = _noinline_scaled(tl.load(x_ptr + i), k)
     tl.debug_barrier()
+    _noinline_store(o_ptr + i, v)
 
 
 def test_noinline_functions_are_inlined_and_barriers_accepted() -> None:
-    """`@triton.jit(noinline=True)` callees run (nmp inlines them: a program has no call stack of tiles);
-    `tl.debug_barrier()` is a no-op on a PU that runs one program's instructions in order."""
-    x = torch.arange(16, dtype=torch.float32)
+    """`@triton.jit(noinline=True)` callees (also nested) run: nmp inlines them, a program has no call
+    stack of tiles; `tl.debug_barrier()` is a no-op on a PU that runs one program's ops in order."""
+    x = torch.arange(8, dtype=torch.float32)
     out = torch.empty_like(x)
-    k = noinline_caller_kernel[(1,)](x, out, 3, BLOCK=16)
-    assert torch.equal(out, x * 3 + 1)
+    k = noinline_caller_kernel[(8,)](x, out, 3)
+    assert torch.equal(out, (x * 3 + 1) * 2 + 1)
     assert "tt.call" not in k.asm["ttir"]
 
 
