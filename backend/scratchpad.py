@@ -85,6 +85,7 @@ class _Liveness:
         self.pending: list[tuple[int, Op]] = []
         self.ring_loop: dict[int, Op] = {}
         self.vec_ops: list[tuple[Op, int]] = []
+        self.matmul_ops: list[tuple[Op, int]] = []
         self.for_ops: list[tuple[Op, int]] = []
         self.runs: list[list[Op]] = []
         self.func = func
@@ -153,6 +154,8 @@ class _Liveness:
                 self.alias[id(op.result)] = op.operands[0]
             if op.name == "nmp.vec":
                 self.vec_ops.append((op, t))
+            if op.name == "nmp.matmul":
+                self.matmul_ops.append((op, t))
             if op.name == "scf.for":
                 self.for_ops.append((op, t))
             if op.name == "nmp.dma_load" and op.attrs.get("stages", 1) > 1:
@@ -231,6 +234,24 @@ def _elementwise_in_place(lv: _Liveness) -> None:
             break
 
 
+def _matmul_in_place(lv: _Liveness) -> None:
+    """`tl.dot(a, b, acc)` accumulates into its result starting from acc: when the dot is acc's last use
+    (e.g. the zero accumulator of a dot outside a loop), the result takes acc's buffer."""
+    ends = _root_ends(lv)
+    for op, t in lv.matmul_ops:
+        r = op.result
+        a, bm, acc = op.operands
+        if id(r) in lv.alias or not acc.type.is_tensor or tile_bytes(acc) != tile_bytes(r):
+            continue
+        ra = lv.root(acc)
+        if id(ra) not in lv.values or isinstance(ra.owner, Block) or ends.get(id(ra)) != t:
+            continue
+        if id(ra) in lv.pipelined or ra is lv.root(a) or ra is lv.root(bm):
+            continue
+        lv.alias[id(r)] = acc
+        ends[id(ra)] = max(t, lv.last_use.get(id(r), t))
+
+
 def _loop_init_in_place(lv: _Liveness) -> None:
     """A loop-carried tile starts in its initial value's buffer when the loop is that value's last use."""
     ends = _root_ends(lv)
@@ -272,6 +293,7 @@ def plan_scratchpad(func: Func, align: int = DEFAULT_ALIGN) -> ScratchpadPlan:
     for key in _register_only(lv, func):
         lv.values.pop(key, None)
     _elementwise_in_place(lv)
+    _matmul_in_place(lv)
     _loop_init_in_place(lv)
     groups: dict[int, Buffer] = {}
     plan = ScratchpadPlan()

@@ -5,6 +5,7 @@ import time
 import pytest
 import torch
 import triton
+import triton.language as tl
 
 from triton_nmp.errors import NMPCompilationError
 from triton_nmp.legality import check_config, clear_cache
@@ -127,3 +128,20 @@ def test_misaligned_and_odd_sized_dma_is_correct_and_charged_whole_granules():
     assert aligned.bytes_local + aligned.bytes_remote == useful
     assert misaligned.bytes_moved > aligned.bytes_moved >= useful  # whole granules from aligned addresses
     assert misaligned.cycles >= aligned.cycles
+
+
+@triton.jit
+def _single_dot_kernel(x_ptr, y_ptr, z_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, M)[:, None] * K + tl.arange(0, K)[None, :])
+    y = tl.load(y_ptr + tl.arange(0, K)[:, None] * N + tl.arange(0, N)[None, :])
+    tl.store(z_ptr + tl.arange(0, M)[:, None] * N + tl.arange(0, N)[None, :], tl.dot(x, y))
+
+
+def test_dot_result_takes_its_zero_accumulators_buffer():
+    """A dot outside a loop accumulates into its result from a zero tile that dies there: one MxN buffer,
+    not two (128x256 fp32 fits 256 KiB only so)."""
+    M, N, K = 128, 256, 32
+    x, y, z = torch.randn(M, K), torch.randn(K, N), torch.empty(M, N)
+    k = _single_dot_kernel[(1,)](x, y, z, M=M, N=N, K=K)
+    torch.testing.assert_close(z, x @ y, rtol=1e-4, atol=1e-4)
+    assert k.metadata.shared == (M * N + M * K + K * N) * 4
