@@ -47,6 +47,7 @@ class Lowering(LanguageLowering):
         self.counter = itertools.count()
         self.deferred = _nested_only_constants(func)
         self.sunk: dict[tuple[int, int], tuple[Block, Value]] = {}
+        self.hoisted: dict[tuple, Value] = {}
 
     # -- helpers -----------------------------------------------------------------------------------
     def error(self, msg: str, hint: str = "") -> NMPCompilationError:
@@ -63,6 +64,22 @@ class Lowering(LanguageLowering):
 
     def const(self, value, ty: Ty = I64) -> Value:
         return self.emit("arith.constant", [], [ty], {"value": value}, names=[f"c{value}"]).result
+
+    def vec_operand(self, v: Value) -> Value:
+        """An elementwise op's operand: a uniform constant tile (`arith.constant dense<c>`) is passed as
+        the scalar c (nmp.vec broadcasts scalars), so it takes no scratchpad for the whole kernel."""
+        op = v.owner if isinstance(v.owner, Op) else None
+        if (v.type.is_tensor and op is not None and op.name == "arith.constant"
+                and not isinstance(op.attrs.get("value"), list)):
+            # defined at the top of the block: between two tile ops it would split their fused run
+            key = (id(self.block), repr(op.attrs["value"]), v.type.scalar)
+            c = self.hoisted.get(key)
+            if c is None:
+                c = self.const(op.attrs["value"], v.type.scalar)
+                self.block.ops.insert(0, self.block.ops.pop())
+                self.hoisted[key] = c
+            return c
+        return self.get(v)
 
     def get(self, v: Value) -> Value:
         """The nmpir value of a TTIR value; builds the tile from its affine form when it has none."""
@@ -204,7 +221,10 @@ class Lowering(LanguageLowering):
                     attrs[k] = op.attrs[k]
             if name == "tt.addptr":
                 attrs["elem_bytes"] = elem_bytes(res_ty.pointee)
-            operands = [self.get(o) for o in op.operands]
+            if res_ty.is_tensor:
+                operands = [self.vec_operand(o) for o in op.operands]
+            else:
+                operands = [self.get(o) for o in op.operands]
             if res_ty.is_tensor:
                 new = self.emit("nmp.vec", operands, [res_ty], attrs, names=[op.results[0].name])
             else:

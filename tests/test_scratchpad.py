@@ -145,3 +145,21 @@ def test_dot_result_takes_its_zero_accumulators_buffer():
     k = _single_dot_kernel[(1,)](x, y, z, M=M, N=N, K=K)
     torch.testing.assert_close(z, x @ y, rtol=1e-4, atol=1e-4)
     assert k.metadata.shared == (M * N + M * K + K * N) * 4
+
+
+@triton.jit
+def _leaky_relu_kernel(x_ptr, y_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)[:, None] * N + tl.arange(0, N)[None, :]
+    x = tl.load(x_ptr + offs)
+    tl.store(y_ptr + offs, tl.where(x >= 0, x, x * 0.01))
+
+
+def test_uniform_constants_take_no_scratchpad():
+    """`x * 0.01` and `x >= 0` use the constants as scalars: no 0.01 / 0.0 tiles live all kernel long,
+    and the compare/multiply/select stay one fused run (x and the result are the only buffers)."""
+    x = torch.randn(64, 64)
+    y = torch.empty_like(x)
+    k = _leaky_relu_kernel[(1,)](x, y, N=64)
+    assert torch.equal(y, torch.where(x >= 0, x, x * 0.01))
+    assert k.metadata.shared == 2 * 64 * 64 * 4
+    assert "nmp.const" not in k.asm["nmpir"]
