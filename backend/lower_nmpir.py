@@ -18,6 +18,7 @@ from .codegen_scalar import ELEMENTWISE_OPS
 from .ir import Block, Func, Loc, Module, Op, Region, Ty, Value
 from .lower_language import LanguageLowering
 from .nmpir import eliminate_dead_code, verify
+from .pointer_select import split_pointer_selects
 
 I64 = Ty("i64")
 I1 = Ty("i1")
@@ -509,6 +510,7 @@ def lower_to_nmpir(mod: Module) -> Module:
         names = ", ".join(f.name for f in mod.funcs[:-1])
         raise NMPCompilationError(f"calls to non-inlined functions ({names}) are not supported on nmp",
                                   kernel=mod.kernel.name, hint="remove noinline=True")
+    split_pointer_selects(mod.kernel)
     out = Module([Lowering(mod.kernel).run()])
     verify(out, "ttir-to-nmpir")
     eliminate_dead_code(out)

@@ -120,3 +120,30 @@ def test_scalar_mask_guard() -> None:
     o = torch.zeros(16)
     scalar_mask_kernel[(2,)](x, o, N=8)
     assert o.tolist() == list(range(8)) + [3.0] * 8
+
+
+@triton.jit
+def pick_source_kernel(flag_ptr, a_ptr, b_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    src = tl.where(tl.load(flag_ptr), a_ptr, b_ptr)  # a run-time choice between two arguments
+    tl.store(out_ptr + offs, tl.load(src + offs, mask=m), mask=m)
+    dst = tl.where(tl.load(flag_ptr), b_ptr, a_ptr)
+    tl.store(dst + offs, tl.load(out_ptr + offs, mask=m) * 2, mask=m)
+    tl.atomic_add(tl.where(tl.load(flag_ptr), a_ptr, b_ptr), 1.0)
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_access_through_a_runtime_choice_of_argument(flag: bool) -> None:
+    """`tl.where(flag, a_ptr, b_ptr)` with a scalar flag: each access becomes a branch over two ordinary
+    (DMA) accesses of one argument each; loads, stores and atomics; vs torch."""
+    a, b = torch.randn(1000), torch.randn(1000)
+    src, dst = (a, b) if flag else (b, a)
+    ref_src = src.clone()
+    out = torch.empty(1000)
+    k = pick_source_kernel[(4,)](torch.tensor([flag]), a, b, out, 1000, BLOCK=256)
+    assert torch.equal(out, ref_src)
+    assert torch.equal(dst, ref_src * 2)
+    expected_first = ref_src[0] + 4  # four programs each add 1.0 to src[0]
+    assert src[0].item() == pytest.approx(expected_first.item()) and torch.equal(src[1:], ref_src[1:])
+    assert "nmp.gather" not in k.asm["nmpir"]
