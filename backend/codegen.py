@@ -39,7 +39,7 @@ from .codegen_scalar import (
     to_storage,
 )
 from .ir import Func, Module, Op, Ty, Value
-from .nmpir import fused_run_length
+from .nmpir import FUSABLE_MEMORY_OPS, fused_run_length
 from .scratchpad import ScratchpadPlan
 from .timing_only import timing_only_eligible
 
@@ -101,6 +101,7 @@ class KernelCodegen(LanguageCodegen):
         self.site_ids: dict[tuple, int] = {}
         self.timing_only = False
         self._use_counts: dict[int, int] | None = None
+        self._elem_regs: dict[int, ir.Value] | None = None  # element values of a fused run, by tile
         self.module = ir.Module(name=func.name)
         self.module.triple = triple
         self.module.data_layout = data_layout
@@ -419,6 +420,9 @@ class KernelCodegen(LanguageCodegen):
         return self.bufs[key]
 
     def load_elem(self, v: Value, idx: ir.Value) -> ir.Value:
+        regs = self._elem_regs
+        if regs is not None and id(v) in regs:  # inside a fused run: this element is in a register
+            return regs[id(v)]
         return to_compute(self.b, self.b.load(self.b.gep(self.buffer(v), [idx])), v.type)
 
     def store_elem(self, v: Value, idx: ir.Value, x: ir.Value) -> None:
@@ -478,6 +482,10 @@ class KernelCodegen(LanguageCodegen):
         for op in run:
             for o in op.operands:
                 inside[id(o)] = inside.get(id(o), 0) + 1
+        mem = None
+        if run[-1].name in FUSABLE_MEMORY_OPS:  # the run computes this gather/scatter/atomic's addresses
+            mem, run = run[-1], run[:-1]
+            parts = getattr(self, "_" + mem.name.split(".")[1] + "_parts")(mem)
         users = self._users()
         produced = {id(op.results[0]) for op in run}
         # a result needs its tile if anything outside the run reads it
@@ -504,8 +512,16 @@ class KernelCodegen(LanguageCodegen):
                     regs[id(r)] = val
                     if id(r) in keep:
                         self.store_elem(r, i, val)
+                if mem is not None:
+                    self._elem_regs = regs
+                    try:
+                        parts[1](i)
+                    finally:
+                        self._elem_regs = None
 
             self.loop(numel, body)
+        if mem is not None:
+            parts[2]()
         for op in run:  # the same counters and trace records as unfused ops
             if op.name == "nmp.vec":
                 r = op.results[0]
@@ -1086,6 +1102,12 @@ class KernelCodegen(LanguageCodegen):
         self.fail_if(bad, STATUS_OOB, site, index, off, b.add(off, _i64(esize)))
 
     def op_nmp_gather(self, op: Op) -> None:
+        n, body, finish = self._gather_parts(op)
+        self.loop(n, body)
+        finish()
+
+    def _gather_parts(self, op: Op):
+        """(elements, per-element body, epilogue) of a gather, so a fused run can end in one."""
         b = self.b
         root, ptrs = op.operands[0], op.operands[1]
         pos = 2
@@ -1118,13 +1140,20 @@ class KernelCodegen(LanguageCodegen):
                     else:
                         b.store(ir.Constant(st, 0), b.gep(self.buffer(tile), [i]))
 
-        self.loop(r.type.numel, body)
-        self.count("gather_elems", _i64(r.type.numel))
-        self.trace(EV_GATHER, [self.arg_info[id(root)][0], 0, r.type.numel, esize, self.arg_info[id(root)][2]])
-        if scalar:
-            self.vals[id(r)] = self.load_elem(tile, _i64(0))
+        def finish():
+            self.count("gather_elems", _i64(r.type.numel))
+            self.trace(EV_GATHER, [self.arg_info[id(root)][0], 0, r.type.numel, esize, self.arg_info[id(root)][2]])
+            if scalar:
+                self.vals[id(r)] = self.load_elem(tile, _i64(0))
+
+        return r.type.numel, body, finish
 
     def op_nmp_scatter(self, op: Op) -> None:
+        n, body, finish = self._scatter_parts(op)
+        self.loop(n, body)
+        finish()
+
+    def _scatter_parts(self, op: Op):
         b = self.b
         root, ptrs, value = op.operands[:3]
         mask = op.operands[3] if op.attrs.get("has_mask") else None
@@ -1144,9 +1173,11 @@ class KernelCodegen(LanguageCodegen):
                 x = to_storage(b, get(value, i), value.type)
                 b.store(x, b.inttoptr(addr, st.as_pointer()))
 
-        self.loop(n, body)
-        self.count("scatter_elems", _i64(n))
-        self.trace(EV_SCATTER, [self.arg_info[id(root)][0], 0, n, esize, self.arg_info[id(root)][2]])
+        def finish():
+            self.count("scatter_elems", _i64(n))
+            self.trace(EV_SCATTER, [self.arg_info[id(root)][0], 0, n, esize, self.arg_info[id(root)][2]])
+
+        return n, body, finish
 
 
 def _storage_bytes(t: Ty) -> int:

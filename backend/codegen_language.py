@@ -265,6 +265,13 @@ class LanguageCodegen:
         raise NotImplementedError(f"atomic operation '{kind}'")
 
     def op_nmp_atomic(self, op: Op) -> None:
+        n, body, finish = self._atomic_parts(op)
+        if not self._timing:
+            self.loop(n, body)
+        finish()
+
+    def _atomic_parts(self, op: Op):
+        """(elements, per-element read-modify-write, epilogue), so a fused run can end in an atomic."""
         kind = op.attrs["kind"]
         root, ptrs = op.operands[0], op.operands[1]
         if kind == "cas":
@@ -284,6 +291,7 @@ class LanguageCodegen:
         n = r.type.numel if r.type.is_tensor else 1
         scalar = not r.type.is_tensor
         tile = Value(r.name + "_old", r.type.with_shape((1,))) if scalar else r
+        keep_old = scalar or self._users().get(id(r), 0) > 0  # unread old values get no buffer
         from .codegen_scalar import to_compute, to_storage
 
         def body(i):
@@ -309,18 +317,21 @@ class LanguageCodegen:
                     else:
                         new = self._atomic_update(kind, old, v, r.type)
                     b.store(to_storage(b, new, r.type), p)
-                    self.store_elem(tile, i, old)
+                    if keep_old:
+                        self.store_elem(tile, i, old)
                 with otherwise:
-                    b.store(ir.Constant(st, 0), b.gep(self.buffer(tile), [i]))
+                    if keep_old:
+                        b.store(ir.Constant(st, 0), b.gep(self.buffer(tile), [i]))
 
-        if not self._timing:
-            self.loop(n, body)
-        self.count("gather_elems", _i64(n))
-        self.count("scatter_elems", _i64(n))
-        self.trace(EV_GATHER, [index, 0, n, esize, span])
-        self.trace(EV_SCATTER, [index, 0, n, esize, span])
-        if scalar:
-            self.vals[id(r)] = _zero(r.type) if self._timing else self.load_elem(tile, _i64(0))
+        def finish():
+            self.count("gather_elems", _i64(n))
+            self.count("scatter_elems", _i64(n))
+            self.trace(EV_GATHER, [index, 0, n, esize, span])
+            self.trace(EV_SCATTER, [index, 0, n, esize, span])
+            if scalar:
+                self.vals[id(r)] = _zero(r.type) if self._timing else self.load_elem(tile, _i64(0))
+
+        return n, body, finish
 
     # -- debugging ops -------------------------------------------------------------------------------------
     def _cstring(self, text: str) -> ir.Value:

@@ -17,7 +17,7 @@ from .access import Affine, AffineAnalysis, MaskAnalysis, MaskBox, elem_bytes
 from .codegen_scalar import ELEMENTWISE_OPS
 from .ir import Block, Func, Loc, Module, Op, Region, Ty, Value
 from .lower_language import LanguageLowering
-from .nmpir import eliminate_dead_code, verify
+from .nmpir import eliminate_dead_code, sink_address_computations, verify
 from .pointer_select import split_pointer_selects
 
 I64 = Ty("i64")
@@ -72,15 +72,19 @@ class Lowering(LanguageLowering):
         op = v.owner if isinstance(v.owner, Op) else None
         if (v.type.is_tensor and op is not None and op.name == "arith.constant"
                 and not isinstance(op.attrs.get("value"), list)):
-            # defined at the top of the block: between two tile ops it would split their fused run
-            key = (id(self.block), repr(op.attrs["value"]), v.type.scalar)
-            c = self.hoisted.get(key)
-            if c is None:
-                c = self.const(op.attrs["value"], v.type.scalar)
-                self.block.ops.insert(0, self.block.ops.pop())
-                self.hoisted[key] = c
-            return c
+            return self.hoisted_const(op.attrs["value"], v.type.scalar)
         return self.get(v)
+
+    def hoisted_const(self, value, ty: Ty) -> Value:
+        """A scalar constant defined at the top of the block: between two tile ops it would split their
+        fused run (see `fused_run_length`)."""
+        key = (id(self.block), repr(value), ty)
+        c = self.hoisted.get(key)
+        if c is None:
+            c = self.const(value, ty)
+            self.block.ops.insert(0, self.block.ops.pop())
+            self.hoisted[key] = c
+        return c
 
     def get(self, v: Value) -> Value:
         """The nmpir value of a TTIR value; builds the tile from its affine form when it has none."""
@@ -309,7 +313,7 @@ class Lowering(LanguageLowering):
         """`other` of a masked load: a splat constant becomes a scalar (no scratchpad tile for padding)."""
         op = other.owner if isinstance(other.owner, Op) else None
         if op is not None and op.name == "arith.constant" and not isinstance(op.attrs.get("value"), list):
-            return self.const(op.attrs["value"], other.type.scalar)
+            return self.hoisted_const(op.attrs["value"], other.type.scalar)
         if op is not None and op.name == "tt.splat":
             return self.get(op.operands[0])
         if op is not None and op.name == "arith.select" and not op.operands[0].type.is_tensor:
@@ -515,4 +519,6 @@ def lower_to_nmpir(mod: Module) -> Module:
     verify(out, "ttir-to-nmpir")
     eliminate_dead_code(out)
     verify(out, "dead-code-elimination")
+    sink_address_computations(out)
+    verify(out, "sinking address computations")
     return out

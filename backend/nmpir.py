@@ -175,6 +175,81 @@ def _sweep(block: Block, used: set[int]) -> bool:
     return changed
 
 
+def sink_address_computations(mod: Module) -> None:
+    """Move the elementwise ops that only compute a gather/scatter/atomic's tiles (addresses, mask,
+    values) right before it, so they form one fused run with it (see `fused_run_length`): the pointer
+    tile is then never stored. Moving a pure op down to its only consumer keeps every operand defined."""
+    for f in mod.funcs:
+        uses: dict[int, int] = {}
+        for op in f.walk():
+            for o in op.operands:
+                uses[id(o)] = uses.get(id(o), 0) + 1
+        _sink_block(f.body, uses)
+
+
+def _tile_bytes(v: Value) -> int:
+    t = v.type
+    n = 1
+    for d in t.shape:
+        n *= d
+    return n * (8 if t.is_ptr else max(t.bits // 8, 1))
+
+
+def _sink_block(block: Block, uses: dict[int, int]) -> None:
+    for op in block.ops:
+        for r in op.regions:
+            for b in r.blocks:
+                _sink_block(b, uses)
+    for mem in [op for op in block.ops if op.name in FUSABLE_MEMORY_OPS]:
+        _sink_into(block, mem, uses)
+
+
+def _sink_into(block: Block, mem: Op, uses: dict[int, int]) -> None:
+    pos = {id(op): k for k, op in enumerate(block.ops)}
+    last: dict[int, int] = {}
+    for k, op in enumerate(block.ops):
+        for inner in op.walk():
+            for o in inner.operands:
+                last[id(o)] = max(last.get(id(o), -1), k)
+    at = pos[id(mem)]
+    producers = {id(op.results[0]): op for op in block.ops
+                 if _fusable(op) and op.results and op.results[0].type.is_tensor and pos[id(op)] < at}
+    chain: dict[int, Op] = {}
+
+    def movable(v: Value, picked: dict[int, Op], extended: dict[int, Value]) -> bool:
+        """Whether v's producer (and what only it uses) can move next to `mem`; adds the ops to
+        `picked` and the tiles whose life that prolongs to `extended`, only when the whole subtree can."""
+        op = producers.get(id(v))
+        if op is None or uses.get(id(v), 0) != 1:
+            return False
+        if id(op) in chain or id(op) in picked:
+            return True
+        sub: dict[int, Op] = {}
+        ext: dict[int, Value] = {}
+        for o in op.operands:
+            if o.type.is_tensor and not movable(o, sub, ext) and last.get(id(o), -1) < at:
+                ext[id(o)] = o  # used only by ops that move: it would now live until `mem`
+        picked.update(sub)
+        extended.update(ext)
+        picked[id(op)] = op
+        return True
+
+    for o in mem.operands[1:]:
+        sub: dict[int, Op] = {}
+        ext: dict[int, Value] = {}
+        if not movable(o, sub, ext):
+            continue
+        # worth it when the tiles that stop being stored outweigh the tiles that live longer
+        saved = sum(_tile_bytes(op.results[0]) for op in sub.values())
+        if sum(_tile_bytes(v) for v in ext.values()) < saved:
+            chain.update(sub)
+    if chain:
+        ordered = [op for op in block.ops if id(op) in chain]  # keep their original order
+        rest = [op for op in block.ops if id(op) not in chain]
+        k = rest.index(mem)
+        block.ops[:] = rest[:k] + ordered + rest[k:]
+
+
 # -- elementwise fusion groups ---------------------------------------------------------------------------
 
 FUSABLE_OPS = ("nmp.vec", "nmp.splat", "nmp.const")
@@ -207,4 +282,20 @@ def fused_run_length(ops: list[Op], start: int) -> int:
         if op.name == "nmp.vec" and any(o.type.is_tensor and o.type.shape != shape for o in op.operands):
             break
         n += 1
+    if 0 < n and start + n < len(ops) and _ends_run(ops[start + n], ops[start:start + n], shape):
+        n += 1
     return max(n, 1)
+
+
+# Gathers, scatters and atomics touch memory one element at a time, so one may end a fused run whose
+# ops compute its addresses: the pointer tile then lives in registers, not in the scratchpad.
+FUSABLE_MEMORY_OPS = ("nmp.gather", "nmp.scatter", "nmp.atomic")
+
+
+def _ends_run(op: Op, run: list[Op], shape: tuple[int, ...]) -> bool:
+    if op.name not in FUSABLE_MEMORY_OPS or len(op.operands) < 2:
+        return False
+    ptrs = op.operands[1]
+    if not ptrs.type.is_tensor or ptrs.type.shape != shape or not any(ptrs is r.results[0] for r in run):
+        return False
+    return all(o.type.shape == shape for o in op.operands[1:] if o.type.is_tensor)

@@ -18,7 +18,7 @@ from triton_nmp.errors import NMPScratchpadOverflowError
 
 from .codegen_scalar import storage_type
 from .ir import Block, Func, Loc, Op, Value
-from .nmpir import fused_run_length
+from .nmpir import FUSABLE_MEMORY_OPS, fused_run_length
 
 DEFAULT_ALIGN = 64
 
@@ -281,16 +281,29 @@ def _register_only(lv: _Liveness, func: Func) -> set[int]:
             for o in op.operands:
                 inside[id(o)] = inside.get(id(o), 0) + 1
         for op in run:
+            if not op.results or op.name in FUSABLE_MEMORY_OPS:
+                continue  # a memory op ending the run writes its own result tile
             r = id(op.results[0])
             if uses.get(r, 0) == inside.get(r, 0):
                 out.add(r)
     return out
 
 
+def _unused_atomic_results(func: Func) -> set[int]:
+    """Old values an atomic returns that nothing reads: the codegen does not store them."""
+    used: set[int] = set()
+    atomics: list[Op] = []
+    for op in func.walk():
+        used.update(id(o) for o in op.operands)
+        if op.name == "nmp.atomic":
+            atomics.append(op)
+    return {id(op.results[0]) for op in atomics if op.results and id(op.results[0]) not in used}
+
+
 def plan_scratchpad(func: Func, align: int = DEFAULT_ALIGN) -> ScratchpadPlan:
     """Assign every tile a scratchpad offset; returns the plan with the peak bytes."""
     lv = _Liveness(func)
-    for key in _register_only(lv, func):
+    for key in _register_only(lv, func) | _unused_atomic_results(func):
         lv.values.pop(key, None)
     _elementwise_in_place(lv)
     _matmul_in_place(lv)

@@ -163,3 +163,37 @@ def test_uniform_constants_take_no_scratchpad():
     assert torch.equal(y, torch.where(x >= 0, x, x * 0.01))
     assert k.metadata.shared == 2 * 64 * 64 * 4
     assert "nmp.const" not in k.asm["nmpir"]
+
+
+@triton.jit
+def _indirect_kernel(x_ptr, idx_ptr, o_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    idx = tl.load(idx_ptr + offs)
+    tl.store(o_ptr + offs, tl.load(x_ptr + idx * 2 + 1, mask=idx < 50, other=-1.0))
+
+
+@triton.jit
+def _scatter_add_kernel(x_ptr, val_ptr, NUM: tl.constexpr):
+    off = tl.arange(0, NUM)
+    offset = off[:, None] * NUM + off[None, :]
+    tl.atomic_add(x_ptr + offset // 2, tl.load(val_ptr + offset))
+
+
+def test_gather_addresses_stay_in_registers():
+    """The address arithmetic of a gather is fused into the gather's element loop: no 8-byte pointer
+    tile in the scratchpad, only the index tile and the result."""
+    x, idx, out = torch.randn(200), torch.randperm(64).to(torch.int32), torch.empty(64)
+    k = _indirect_kernel[(1,)](x, idx, out, N=64)
+    ref = torch.where(idx < 50, x[(idx * 2 + 1).clamp(max=199).long()], torch.tensor(-1.0))
+    assert torch.equal(out, ref)
+    assert "xptr>" not in k.asm["nmpir"].split("nmp.func")[0]  # the plan lists no pointer tile
+    assert k.metadata.shared == 64 * 4 * 2
+
+
+def test_scatter_add_of_a_128x128_tile_fits():
+    """Triton's test_tensor_atomic_add_non_exclusive_offset at 128: the pointer tile of the atomic is
+    never stored, so the kernel fits 256 KiB (it needed 345 KiB)."""
+    x, val = torch.zeros(64, 128), torch.randn(128 * 128)
+    k = _scatter_add_kernel[(1,)](x, val, NUM=128)
+    torch.testing.assert_close(x.reshape(-1), val[0::2] + val[1::2])
+    assert k.metadata.shared <= 262144
