@@ -115,7 +115,7 @@ class LanguageLowering:
 
     # -- unstructured control flow (early returns) -------------------------------------------------------
     def _cfg_target(self, label: str):
-        blocks = getattr(self.func, "cfg_blocks", {}) or {}
+        blocks = getattr(self.cfg_owner, "cfg_blocks", {}) or {}
         if label not in blocks:
             raise self.error(f"branch to unknown block {label}")
         return blocks[label]
@@ -144,9 +144,11 @@ class LanguageLowering:
         self.lower_block(self._enter_block(label, args))
 
     def op_cf_cond_br(self, op: Op) -> None:
-        """`cf.cond_br` -> `scf.if` whose branches hold the (inlined) successor blocks."""
+        """`cf.cond_br` -> `scf.if` whose branches hold the (inlined) successor blocks. Inside an inlined
+        callee each branch ends in one of its returns, so the `scf.if` yields the callee's results."""
         cond = self.get(op.operands[0])
         regions = []
+        result_types = list(self.cfg_owner.result_types) if self.returns else []
         for label, args in self._successor_args(op, 1):
             target = self._enter_block(label, args)
             blk = Block()
@@ -154,9 +156,41 @@ class LanguageLowering:
             self.block = blk
             self.lower_block(target)
             self.block = saved
-            blk.ops.append(Op("scf.yield", [], [], {}, [], self.loc))
+            values = self.returns[-1].pop() if self.returns and self.returns[-1] else []
+            if len(values) != len(result_types):
+                raise self.error(f"a branch of '{self.cfg_owner.name}' does not end in a return")
+            blk.ops.append(Op("scf.yield", values, [], {}, [], self.loc))
             regions.append(Region([blk]))
-        self.emit("scf.if", [cond], [], {}, regions)
+        new = self.emit("scf.if", [cond], result_types, {}, regions)
+        if self.returns:
+            self.returns[-1].append(list(new.results))
+
+    def op_tt_call(self, op: Op) -> None:
+        """A call Triton's inliner could not inline (a callee with early returns, called inside a
+        branch or loop): its body is lowered in place, its CFG structured like a kernel's."""
+        callee = self.callees.get(op.attrs.get("callee", ""))
+        if callee is None:
+            raise self.error(f"call to an unknown function '{op.attrs.get('callee', '?')}'")
+        if len(self.returns) >= 64:
+            raise self.error(f"'{callee.name}' calls itself: recursion is not supported on nmp")
+        for a, v in zip(callee.args, op.operands):
+            self.vmap[id(a)] = self.get(v)
+            self.block_arg_init[id(a)] = v  # pointer provenance through the call
+            self.aff.forget(a)
+        self.masks.memo.clear()
+        saved_owner, self.cfg_owner = self.cfg_owner, callee
+        self.returns.append([])
+        try:
+            self.lower_block(callee.body)
+            slot = self.returns[-1]
+        finally:
+            self.returns.pop()
+            self.cfg_owner = saved_owner
+        values = slot[-1] if slot else []
+        if len(values) != len(op.results):
+            raise self.error(f"'{callee.name}' returns {len(values)} values, the call expects {len(op.results)}")
+        for r, v in zip(op.results, values):
+            self.vmap[id(r)] = v
 
     # -- debugging ops -------------------------------------------------------------------------------------
     def op_tt_print(self, op: Op) -> None:

@@ -36,8 +36,11 @@ _SIMPLE = {
 
 
 class Lowering(LanguageLowering):
-    def __init__(self, func: Func):
+    def __init__(self, func: Func, callees: dict[str, Func] | None = None):
         self.func = func
+        self.callees = callees or {}  # functions Triton's inliner left as calls (see op_tt_call)
+        self.cfg_owner = func  # the function whose CFG blocks branches name
+        self.returns: list[list[list[Value]]] = []  # per inlined call: the values its returns give
         self.aff = AffineAnalysis(func.args)
         self.masks = MaskAnalysis(self.aff, func)
         self.vmap: dict[int, Value] = {}
@@ -267,6 +270,9 @@ class Lowering(LanguageLowering):
         self.bind(op, new)
 
     def op_tt_return(self, op: Op) -> None:
+        if self.returns:  # the end of an inlined callee: its results replace the call's
+            self.returns[-1].append([self.get(o) for o in op.operands])
+            return
         if op.operands:
             raise self.error("kernels cannot return values")
         self.emit("nmp.return", [], [])
@@ -510,12 +516,10 @@ def _nested_only_constants(func: Func) -> set[int]:
 
 def lower_to_nmpir(mod: Module) -> Module:
     """TTIR module -> nmpir module (verified, dead code removed)."""
-    if len(mod.funcs) != 1:
-        names = ", ".join(f.name for f in mod.funcs[:-1])
-        raise NMPCompilationError(f"calls to non-inlined functions ({names}) are not supported on nmp",
-                                  kernel=mod.kernel.name, hint="remove noinline=True")
-    split_pointer_selects(mod.kernel)
-    out = Module([Lowering(mod.kernel).run()])
+    callees = {f.name: f for f in mod.funcs if f is not mod.kernel}
+    for f in mod.funcs:
+        split_pointer_selects(f)
+    out = Module([Lowering(mod.kernel, callees).run()])
     verify(out, "ttir-to-nmpir")
     eliminate_dead_code(out)
     verify(out, "dead-code-elimination")

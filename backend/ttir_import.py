@@ -284,12 +284,15 @@ class TTIRParser:
         self.parse_loc()
         if not mod.funcs:
             raise NMPCompilationError("TTIR module has no function")
+        # the kernel (the public function) goes last: Triton prints its private callees after it
+        mod.funcs.sort(key=lambda f: getattr(f, "public", True))
         return mod
 
     def parse_func(self) -> Func:
         self.expect("tt.func")
+        public = True
         while self.peek().kind == "ident":
-            self.next()  # visibility
+            public = self.next().text != "private"
         name = self.next().text.lstrip("@").strip('"')
         self.values = {}
         self.expect("(")
@@ -337,6 +340,7 @@ class TTIRParser:
         self.expect("}")
         loc = self.parse_loc()
         func = Func(name, args, arg_locs, body, loc, result_types)
+        func.public = public  # type: ignore[attr-defined]
         func.cfg_blocks = cfg_blocks  # type: ignore[attr-defined]
         return func
 
@@ -487,6 +491,9 @@ class TTIRParser:
             elif t.kind in ("ident", "str"):
                 self.next()
                 words.append(t.text)
+            elif t.kind == "sym" and name == "tt.call":
+                self.next()
+                attrs["callee"] = t.text.lstrip("@").strip('"')
             else:
                 self.next()  # punctuation: ',' and friends
         type_toks: list[Tok] = []

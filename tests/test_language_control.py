@@ -184,3 +184,40 @@ def test_split_down_to_scalars() -> None:
     a, b = torch.zeros(1, dtype=torch.int64), torch.zeros(1, dtype=torch.int64)
     split_to_scalars_kernel[(1,)](x, a, b)
     assert (a.item(), b.item()) == (7, -3)
+
+
+@triton.jit
+def _pick(x, k):
+    if k == 0:
+        return x + 1
+    else:
+        return x * k
+
+
+@triton.jit
+def early_return_callee_kernel(x_ptr, o_ptr, n):
+    i = tl.program_id(0)
+    v = tl.load(x_ptr + i)
+    if i < n:  # called inside a branch: Triton's inliner leaves the multi-block callee as a call
+        v = _pick(v, i % 3)
+    for j in range(2):
+        v = _pick(v, j)
+    tl.store(o_ptr + i, v)
+
+
+def test_callee_with_early_returns_inside_branches_and_loops() -> None:
+    x = torch.arange(8, dtype=torch.int32)
+    out = torch.empty_like(x)
+    early_return_callee_kernel[(8,)](x, out, 5)
+
+    def pick(v: int, k: int) -> int:
+        return v + 1 if k == 0 else v * k
+
+    ref = []
+    for i, v in enumerate(x.tolist()):
+        if i < 5:
+            v = pick(v, i % 3)
+        for j in range(2):
+            v = pick(v, j)
+        ref.append(v)
+    assert out.tolist() == ref
