@@ -520,13 +520,13 @@ class KernelCodegen(LanguageCodegen):
                         self._elem_regs = None
 
             self.loop(numel, body)
-        if mem is not None:
-            parts[2]()
-        for op in run:  # the same counters and trace records as unfused ops
+        for op in run:  # the same counters and trace records as unfused ops, in op order
             if op.name == "nmp.vec":
                 r = op.results[0]
                 self.count("vec_elems", _i64(r.type.numel))
                 self.trace(EV_VEC, [r.type.numel, 0, DTYPE_CODES.get(r.type.elem, 0)])
+        if mem is not None:
+            parts[2]()
 
     def emit_op(self, op: Op) -> None:
         if self.b.block.is_terminated:
