@@ -126,3 +126,15 @@ def test_fp8_dot_accumulates_in_fp32(dtype: torch.dtype) -> None:
     c = torch.empty(16, 16)
     fp8_dot_kernel[(1,)](a, b, c, M=16, N=16, K=32)
     torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-5, atol=1e-5)
+
+
+@triton.jit
+def e4b15_rtz_kernel(X, Y, N: tl.constexpr):
+    x = tl.load(X + tl.arange(0, N))
+    tl.store(Y + tl.arange(0, N), x.to(tl.float8e4b15, fp_downcast_rounding="rtz").to(tl.float32))
+
+
+def test_e4b15_other_rounding_modes_are_refused_clearly() -> None:
+    with pytest.raises(triton.CompilationError) as info:
+        e4b15_rtz_kernel[(1,)](torch.zeros(16), torch.zeros(16), N=16)
+    assert "round to nearest even on nmp" in str(info.value.__cause__)
