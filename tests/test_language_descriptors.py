@@ -143,6 +143,21 @@ def dev_window_3d(x_ptr, y_ptr, A, B, C, sxa, sxb, oa, ob, oc,
 
 
 @triton.jit
+def _descriptor_matmul(ad, bd, cd, K, pm, pn, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                       B_T: tl.constexpr):
+    """The K loop shared by the device- and host-descriptor matmuls: C tile (pm, pn) = A @ B (B^T rows)."""
+    acc = tl.zeros([BM, BN], dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        a = ad.load([pm * BM, k * BK])
+        if B_T:
+            b = tl.trans(bd.load([pn * BN, k * BK]))
+        else:
+            b = bd.load([k * BK, pn * BN])
+        acc = tl.dot(a, b, acc)
+    cd.store([pm * BM, pn * BN], acc.to(cd.dtype))
+
+
+@triton.jit
 def dev_matmul(a_ptr, b_ptr, c_ptr, M, N, K, sam, sbk, sbn, scm,
                BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, B_T: tl.constexpr):
     """C = A @ B with a K loop; with B_T, B is a transposed view (sbk == 1) read as N x K rows."""
@@ -153,15 +168,7 @@ def dev_matmul(a_ptr, b_ptr, c_ptr, M, N, K, sam, sbk, sbn, scm,
         bd = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[sbn, sbk], block_shape=[BN, BK])
     else:
         bd = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[sbk, sbn], block_shape=[BK, BN])
-    acc = tl.zeros([BM, BN], dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BK)):
-        a = ad.load([pm * BM, k * BK])
-        if B_T:
-            b = tl.trans(bd.load([pn * BN, k * BK]))
-        else:
-            b = bd.load([k * BK, pn * BN])
-        acc = tl.dot(a, b, acc)
-    cd.store([pm * BM, pn * BN], acc.to(cd.dtype))
+    _descriptor_matmul(ad, bd, cd, K, pm, pn, BM, BN, BK, B_T)
 
 
 @triton.jit
@@ -353,16 +360,8 @@ def host_matmul(a_desc, b_desc, c_desc, B_T: tl.constexpr):
     BM: tl.constexpr = a_desc.block_shape[0]
     BK: tl.constexpr = a_desc.block_shape[1]
     BN: tl.constexpr = c_desc.block_shape[1]
-    pm, pn = tl.program_id(0), tl.program_id(1)
-    acc = tl.zeros([BM, BN], dtype=tl.float32)
-    for k in range(0, tl.cdiv(a_desc.shape[1], BK)):
-        a = a_desc.load([pm * BM, k * BK])
-        if B_T:
-            b = tl.trans(b_desc.load([pn * BN, k * BK]))
-        else:
-            b = b_desc.load([k * BK, pn * BN])
-        acc = tl.dot(a, b, acc)
-    c_desc.store([pm * BM, pn * BN], acc.to(c_desc.dtype))
+    _descriptor_matmul(a_desc, b_desc, c_desc, a_desc.shape[1], tl.program_id(0), tl.program_id(1), BM, BN, BK,
+                       B_T)
 
 
 @triton.jit
