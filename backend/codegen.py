@@ -712,17 +712,6 @@ class KernelCodegen(LanguageCodegen):
             self.trace(EV_VEC, [_prod(shape), 1, DTYPE_CODES.get(inputs[0].type.elem, 0)])
             return
 
-        def combine(accs, vals):
-            for arg, v in zip(region.args, list(accs) + list(vals)):
-                self.vals[id(arg)] = v
-            out = None
-            for inner_op in region.ops:
-                if inner_op.name == "nmp.yield":
-                    out = [self.scalar(o) for o in inner_op.operands]
-                else:
-                    self.emit_block([inner_op])
-            return out
-
         def at(o, k):
             return b.add(b.add(b.mul(o, _i64(n * inner)), b.mul(k, _i64(inner))), i_cur[0])
 
@@ -736,39 +725,20 @@ class KernelCodegen(LanguageCodegen):
         def per_position(o, i):
             i_cur[0] = i
             init = [[self.load_elem(x, at(o, _i64(j))) for x in inputs] for j in range(lanes)]
-            pre = b.block
-            hdr = self.fn.append_basic_block("red")
-            bodyb = self.fn.append_basic_block("red_body")
-            exitb = self.fn.append_basic_block("red_end")
-            b.branch(hdr)
-            b.position_at_end(hdr)
-            kphi = b.phi(I64)
-            kphi.add_incoming(_i64(1), pre)
-            phis = []
-            for lane in init:
-                row = []
-                for v in lane:
-                    p = b.phi(v.type)
-                    p.add_incoming(v, pre)
-                    row.append(p)
-                phis.append(row)
-            b.cbranch(b.icmp_signed("<", kphi, _i64(n // lanes)), bodyb, exitb)
-            b.position_at_end(bodyb)
-            base = b.mul(kphi, _i64(lanes))
-            new = []
-            for j in range(lanes):
-                vals = [self.load_elem(x, at(o, b.add(base, _i64(j)))) for x in inputs]
-                new.append(combine(phis[j], vals))
-            latch = b.block
-            kphi.add_incoming(b.add(kphi, _i64(1)), latch)
-            for row, vals in zip(phis, new):
-                for p, v in zip(row, vals):
-                    p.add_incoming(v, latch)
-            b.branch(hdr)
-            b.position_at_end(exitb)
-            parts = [list(row) for row in phis]
+            width = len(inputs)
+
+            def step(kphi, flat):
+                base = b.mul(kphi, _i64(lanes))
+                new = []
+                for j in range(lanes):
+                    vals = [self.load_elem(x, at(o, b.add(base, _i64(j)))) for x in inputs]
+                    new += self._combine(region, flat[j * width:(j + 1) * width], vals)
+                return new
+
+            flat = self._carried_loop("red", 1, n // lanes, [v for lane in init for v in lane], step)
+            parts = [flat[j * width:(j + 1) * width] for j in range(lanes)]
             while len(parts) > 1:  # pairwise tree of the lanes' partial results
-                parts = [combine(parts[k], parts[k + 1]) for k in range(0, len(parts), 2)]
+                parts = [self._combine(region, parts[k], parts[k + 1]) for k in range(0, len(parts), 2)]
             final = parts[0]
             if scalar_out:
                 out_vals[0] = final
@@ -1124,8 +1094,7 @@ class KernelCodegen(LanguageCodegen):
         scalar = not r.type.is_tensor
         tile = Value(r.name + "_spm", r.type) if scalar else r
 
-        def get(v, i):
-            return self.scalar(v) if not v.type.is_tensor else self.load_elem(v, i)
+        get = self._elem
 
         def body(i):
             m = get(mask, i) if mask is not None else ir.Constant(I1, 1)
@@ -1162,8 +1131,7 @@ class KernelCodegen(LanguageCodegen):
         site = self.site(op, root.name)
         n = value.type.numel
 
-        def get(v, i):
-            return self.scalar(v) if not v.type.is_tensor else self.load_elem(v, i)
+        get = self._elem
 
         def body(i):
             m = get(mask, i) if mask is not None else ir.Constant(I1, 1)

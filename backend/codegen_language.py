@@ -78,6 +78,33 @@ class LanguageCodegen:
                 self.emit_block([inner])
         return out
 
+    def _carried_loop(self, name: str, lo: int, hi: ir.Value | int, init: list[ir.Value], body) -> list[ir.Value]:
+        """`for k in range(lo, hi): vals = body(k, vals)` as one LLVM loop whose values live in phis
+        (registers, not the scratchpad); returns the values after the loop."""
+        b = self.b
+        pre = b.block
+        hdr = self.fn.append_basic_block(name)
+        blk = self.fn.append_basic_block(name + "_body")
+        done = self.fn.append_basic_block(name + "_end")
+        b.branch(hdr)
+        b.position_at_end(hdr)
+        k = b.phi(I64)
+        k.add_incoming(_i64(lo), pre)
+        phis = []
+        for v in init:
+            p = b.phi(v.type)
+            p.add_incoming(v, pre)
+            phis.append(p)
+        b.cbranch(b.icmp_signed("<", k, hi if isinstance(hi, ir.Value) else _i64(hi)), blk, done)
+        b.position_at_end(blk)
+        new = body(k, phis)
+        k.add_incoming(b.add(k, _i64(1)), b.block)
+        for p, v in zip(phis, new):
+            p.add_incoming(v, b.block)
+        b.branch(hdr)
+        b.position_at_end(done)
+        return phis
+
     def _elem(self, v: Value, i: ir.Value) -> ir.Value:
         """Element i of a tile, or the scalar itself (compute representation)."""
         return self.load_elem(v, i) if v.type.is_tensor else self.scalar(v)
@@ -212,30 +239,17 @@ class LanguageCodegen:
         def cell(bi, i, j):
             oi = b.add(b.add(b.mul(bi, _i64(m * n)), b.mul(i, _i64(n))), j)
             start = widen(self.load_elem(acc, oi)) if acc.type.is_tensor else widen(self.scalar(acc))
-            pre = b.block
-            hdr = self.fn.append_basic_block("dot_k")
-            body = self.fn.append_basic_block("dot_body")
-            done = self.fn.append_basic_block("dot_end")
-            b.branch(hdr)
-            b.position_at_end(hdr)
-            kk = b.phi(I64)
-            kk.add_incoming(_i64(0), pre)
-            s = b.phi(ct)
-            s.add_incoming(start, pre)
-            b.cbranch(b.icmp_signed("<", kk, _i64(k)), body, done)
-            b.position_at_end(body)
-            av = widen(self.load_elem(a, b.add(b.add(b.mul(bi, _i64(m * k)), b.mul(i, _i64(k))), kk)))
-            bv = widen(self.load_elem(bm, b.add(b.add(b.mul(bi, _i64(k * n)), b.mul(kk, _i64(n))), j)))
-            if is_int:
-                nxt = b.add(s, b.mul(av, bv))
-            else:
+
+            def step(kk, sums):
+                av = widen(self.load_elem(a, b.add(b.add(b.mul(bi, _i64(m * k)), b.mul(i, _i64(k))), kk)))
+                bv = widen(self.load_elem(bm, b.add(b.add(b.mul(bi, _i64(k * n)), b.mul(kk, _i64(n))), j)))
+                if is_int:
+                    return [b.add(sums[0], b.mul(av, bv))]
                 from .codegen_scalar import _intrinsic
 
-                nxt = _intrinsic(b, "fma", [av, bv, s])
-            kk.add_incoming(b.add(kk, _i64(1)), b.block)
-            s.add_incoming(nxt, b.block)
-            b.branch(hdr)
-            b.position_at_end(done)
+                return [_intrinsic(b, "fma", [av, bv, sums[0]])]
+
+            (s,) = self._carried_loop("dot_k", 0, k, [start], step)
             self.store_elem(r, oi, s)
 
         self.loop_nest((batch, m, n), lambda ix: cell(*ix))
@@ -481,32 +495,15 @@ class LanguageCodegen:
                 v = self.load_elem(x, at(o, first, i))
                 self.store_elem(r, at(o, first, i), v)
                 accs.append(v)
-            pre = b.block
-            hdr = self.fn.append_basic_block("scan")
-            body = self.fn.append_basic_block("scan_body")
-            done = self.fn.append_basic_block("scan_end")
-            b.branch(hdr)
-            b.position_at_end(hdr)
-            kphi = b.phi(I64)
-            kphi.add_incoming(_i64(1), pre)
-            phis = []
-            for v in accs:
-                p = b.phi(v.type)
-                p.add_incoming(v, pre)
-                phis.append(p)
-            b.cbranch(b.icmp_signed("<", kphi, _i64(n)), body, done)
-            b.position_at_end(body)
-            k = b.sub(_i64(n - 1), kphi) if reverse else kphi
-            vals = [self.load_elem(x, at(o, k, i)) for x in inputs]
-            new = self._combine(region, phis, vals)
-            for r, v in zip(op.results, new):
-                self.store_elem(r, at(o, k, i), v)
-            latch = b.block
-            kphi.add_incoming(b.add(kphi, _i64(1)), latch)
-            for p, v in zip(phis, new):
-                p.add_incoming(v, latch)
-            b.branch(hdr)
-            b.position_at_end(done)
+
+            def step(kk, phis):
+                k = b.sub(_i64(n - 1), kk) if reverse else kk
+                new = self._combine(region, phis, [self.load_elem(x, at(o, k, i)) for x in inputs])
+                for r, v in zip(op.results, new):
+                    self.store_elem(r, at(o, k, i), v)
+                return new
+
+            self._carried_loop("scan", 1, n, accs, step)
 
         self.loop(outer, lambda o: self.loop(inner, lambda i: position(o, i)))
 
