@@ -23,7 +23,7 @@ from llvmlite import ir
 from triton_nmp.errors import NMPCompilationError
 
 from .access import elem_bytes
-from .codegen_language import LanguageCodegen
+from .codegen_language import LanguageCodegen, _row_major
 from .codegen_scalar import (
     F32,
     F64,
@@ -1167,14 +1167,6 @@ def _prod_values(b: ir.IRBuilder, vals: list[ir.Value]) -> ir.Value:
     for v in vals:
         acc = b.mul(acc, v)
     return acc
-
-
-def _row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, acc = [], 1
-    for d in reversed(shape):
-        strides.append(acc)
-        acc *= d
-    return tuple(reversed(strides))
 
 
 def _const(t: Ty, value) -> ir.Constant:

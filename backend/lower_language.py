@@ -6,6 +6,7 @@ from the core conversion so the core (access analysis, loops, DMA) stays small.
 
 from __future__ import annotations
 
+from .access import elem_bytes
 from .ir import Block, Op, Region
 
 
@@ -24,13 +25,17 @@ class LanguageLowering:
         for k in ("rounding", "propagateNan", "symbol"):
             if k in op.attrs:
                 attrs[k] = op.attrs[k]
+        if name == "tt.addptr":
+            attrs["elem_bytes"] = elem_bytes(res_ty.pointee)
         attrs.update(extra or {})
-        operands = [self.get(o) for o in op.operands]
         if res_ty.is_tensor:
+            operands = [self.vec_operand(o) for o in op.operands]
             new = self.emit("nmp.vec", operands, [res_ty], attrs, names=[op.results[0].name])
         else:
             attrs.pop("fn")
-            new = self.emit(name, operands, [res_ty], attrs, names=[op.results[0].name])
+            scalar_name = "nmp.addptr" if name == "tt.addptr" else name
+            new = self.emit(scalar_name, [self.get(o) for o in op.operands], [res_ty], attrs,
+                            names=[op.results[0].name])
         self.bind(op, new)
         return new
 

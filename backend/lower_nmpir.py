@@ -13,7 +13,7 @@ import itertools
 
 from triton_nmp.errors import NMPCompilationError
 
-from .access import Affine, AffineAnalysis, MaskAnalysis, MaskBox, elem_bytes
+from .access import Affine, AffineAnalysis, MaskAnalysis, MaskBox
 from .codegen_scalar import ELEMENTWISE_OPS
 from .ir import Block, Func, Loc, Module, Op, Region, Ty, Value
 from .lower_language import LanguageLowering
@@ -210,7 +210,6 @@ class Lowering(LanguageLowering):
         if handler is not None:
             handler(op)
             return
-        res_ty = op.results[0].type if op.results else None
         if name in _SIMPLE:
             attrs = {k: v for k, v in op.attrs.items() if k in ("axis", "order", "inputPrecision", "_words")}
             if name in ("tt.get_program_id", "tt.get_num_programs"):
@@ -220,28 +219,7 @@ class Lowering(LanguageLowering):
             self.bind(op, new)
             return
         if name in ELEMENTWISE_OPS:
-            attrs = {"fn": name}
-            words = op.attrs.get("_words") or []
-            if words:
-                attrs["pred"] = words[0]
-            for k in ("rounding", "propagateNan", "symbol"):
-                if k in op.attrs:
-                    attrs[k] = op.attrs[k]
-            if name == "tt.addptr":
-                attrs["elem_bytes"] = elem_bytes(res_ty.pointee)
-            if res_ty.is_tensor:
-                operands = [self.vec_operand(o) for o in op.operands]
-            else:
-                operands = [self.get(o) for o in op.operands]
-            if res_ty.is_tensor:
-                new = self.emit("nmp.vec", operands, [res_ty], attrs, names=[op.results[0].name])
-            else:
-                attrs.pop("fn")
-                if name == "tt.addptr":
-                    new = self.emit("nmp.addptr", operands, [res_ty], attrs, names=[op.results[0].name])
-                else:
-                    new = self.emit(name, operands, [res_ty], attrs, names=[op.results[0].name])
-            self.bind(op, new)
+            self._elementwise(op)
             return
         hint = "see the README's list of supported operations"
         if name == "tt.elementwise_inline_asm":

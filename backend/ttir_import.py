@@ -604,15 +604,7 @@ class TTIRParser:
         arg_names: list[str] = []
         if self.at("iter_args"):
             self.next()
-            self.expect("(")
-            while not self.at(")"):
-                arg_names.append(self.next().text)
-                self.expect("=")
-                t = self.next()
-                inits.append(self.value(t.text, t.line))
-                if self.at(","):
-                    self.next()
-            self.expect(")")
+            arg_names, inits = self._bindings()
         rtypes: list[Ty] = []
         if self.at("->"):
             self.next()
@@ -655,19 +647,26 @@ class TTIRParser:
             op.results.append(self.define(rn, rt, op))
         return op
 
+    def _bindings(self) -> tuple[list[str], list[Value]]:
+        """`(%a = %x, %b = %y)` of scf.for's iter_args and scf.while: the new names and their initial values."""
+        names: list[str] = []
+        values: list[Value] = []
+        self.expect("(")
+        while not self.at(")"):
+            names.append(self.next().text)
+            self.expect("=")
+            t = self.next()
+            values.append(self.value(t.text, t.line))
+            if self.at(","):
+                self.next()
+        self.expect(")")
+        return names, values
+
     def parse_while(self, result_names: list[str]) -> Op:
         self.expect("scf.while")
         names, inits = [], []
         if self.at("("):  # no carried values prints as `scf.while : () -> () {`
-            self.next()
-            while not self.at(")"):
-                names.append(self.next().text)
-                self.expect("=")
-                t = self.next()
-                inits.append(self.value(t.text, t.line))
-                if self.at(","):
-                    self.next()
-            self.expect(")")
+            names, inits = self._bindings()
         self.expect(":")
         self._type_list()
         self.expect("->")
