@@ -10,11 +10,14 @@ import torch
 import triton
 import triton.language as tl
 
+from tests.conftest import BLOCK, N
 from triton_nmp.driver import benchmarker
 from triton_nmp.driver.device import clock
 from triton_nmp.driver.driver import NMPDriver
 from triton_nmp.profiler import profile
 from triton_nmp.simulator import runtime
+
+pytestmark = pytest.mark.usefixtures("fresh_clock_state")
 
 
 @triton.jit
@@ -30,22 +33,6 @@ def scale(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2.0, mask=mask)
-
-
-N, BLOCK = 4096, 256
-
-
-@pytest.fixture
-def tensors() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    torch.manual_seed(0)
-    return torch.randn(N), torch.randn(N), torch.empty(N)
-
-
-@pytest.fixture(autouse=True)
-def fresh_clock_state():
-    clock.clear_memo()
-    yield
-    clock.clear_memo()
 
 
 @pytest.fixture

@@ -10,12 +10,15 @@ import torch
 import triton
 import triton.language as tl
 
+from tests.conftest import BLOCK, N
 from triton_nmp.driver import device as dev
 from triton_nmp.driver.device import CounterEstimate, clock
 from triton_nmp.placement import place
 from triton_nmp.profiler import LAUNCH_PID, LaunchRecord, Profile, profile
 from triton_nmp.simulator import runtime
 from triton_nmp.target import active_target
+
+pytestmark = pytest.mark.usefixtures("fresh_clock_state")
 
 
 @triton.jit
@@ -24,23 +27,6 @@ def vadd(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offs = pid * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
-
-
-N, BLOCK = 4096, 256
-
-
-@pytest.fixture
-def tensors() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    torch.manual_seed(0)
-    return torch.randn(N), torch.randn(N), torch.empty(N)
-
-
-@pytest.fixture(autouse=True)
-def fresh_clock_state():
-    """No memo or benchmark segment carried over from another test (the clock's time is kept)."""
-    clock.clear_memo()
-    yield
-    clock.clear_memo()
 
 
 def launch(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, block: int = BLOCK) -> None:
