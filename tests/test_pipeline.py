@@ -187,3 +187,19 @@ def test_libdevice_through_the_portable_module():
     y = torch.empty(100)
     kernels.libdevice_kernel[(1,)](x, y, 100, BLOCK=128)
     torch.testing.assert_close(y, torch.erf(x) + x * x, atol=1e-5, rtol=1e-5)
+
+
+def test_importing_triton_nmp_before_triton_works() -> None:
+    """`import triton_nmp` first used to start Triton's import from inside ours: Triton came out half
+    initialised and the scratchpad-overflow error was no OutOfResources (autotune could not skip it)."""
+    import subprocess
+    import sys
+
+    code = ("import triton_nmp, triton\n"
+            "from triton.runtime.errors import OutOfResources\n"
+            "from triton_nmp.errors import NMPScratchpadOverflowError\n"
+            "assert issubclass(NMPScratchpadOverflowError, OutOfResources)\n"
+            "assert hasattr(triton, 'knobs') and hasattr(triton, 'jit')\n"
+            "print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

@@ -6,6 +6,11 @@
 
 from __future__ import annotations
 
+# Triton first: importing it discovers our backend, which imports triton_nmp.errors while Triton is
+# importing; were triton_nmp first, errors.py would start Triton's import from inside its own and the
+# scratchpad-overflow error could not subclass Triton's OutOfResources (and `import triton` broke).
+import triton  # noqa: F401  isort: skip
+
 from .errors import (
     NMPCompilationError,
     NMPDeviceAssertError,
@@ -49,8 +54,6 @@ def activate(target: str | TargetSpec | None = None):
     Returns the driver. Kernels compiled for a previous target are not reused: the target's hash is
     part of the compilation target Triton keys its caches on.
     """
-    import triton
-
     from .driver.driver import NMPDriver
 
     if target is not None:
