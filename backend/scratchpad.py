@@ -207,6 +207,15 @@ def _root_ends(lv: _Liveness) -> dict[int, int]:
     return ends
 
 
+def _dies_here(lv: _Liveness, ends: dict[int, int], v: Value, t: int) -> Value | None:
+    """The buffer (root) of tile `v` if step t is its last use and it may be taken over: a planned,
+    non-argument buffer that is not a multi-buffered ring. None otherwise."""
+    root = lv.root(v)
+    if id(root) not in lv.values or isinstance(root.owner, Block) or ends.get(id(root)) != t:
+        return None
+    return None if id(root) in lv.pipelined else root
+
+
 def _elementwise_in_place(lv: _Liveness) -> None:
     """An elementwise op may write its result over an operand whose last use it is (same bytes):
     every element is read before the same element is written."""
@@ -224,10 +233,8 @@ def _elementwise_in_place(lv: _Liveness) -> None:
         for o in op.operands:
             if not o.type.is_tensor or tile_bytes(o) != tile_bytes(r):
                 continue
-            ro = lv.root(o)
-            if id(ro) not in lv.values or isinstance(ro.owner, Block) or ends.get(id(ro)) != t:
-                continue
-            if id(ro) in lv.pipelined:
+            ro = _dies_here(lv, ends, o, t)
+            if ro is None:
                 continue
             lv.alias[id(r)] = o
             ends[id(ro)] = max(t, lv.last_use.get(id(r), t))
@@ -243,10 +250,8 @@ def _matmul_in_place(lv: _Liveness) -> None:
         a, bm, acc = op.operands
         if id(r) in lv.alias or not acc.type.is_tensor or tile_bytes(acc) != tile_bytes(r):
             continue
-        ra = lv.root(acc)
-        if id(ra) not in lv.values or isinstance(ra.owner, Block) or ends.get(id(ra)) != t:
-            continue
-        if id(ra) in lv.pipelined or ra is lv.root(a) or ra is lv.root(bm):
+        ra = _dies_here(lv, ends, acc, t)
+        if ra is None or ra is lv.root(a) or ra is lv.root(bm):
             continue
         lv.alias[id(r)] = acc
         ends[id(ra)] = max(t, lv.last_use.get(id(r), t))
@@ -259,10 +264,8 @@ def _loop_init_in_place(lv: _Liveness) -> None:
         for init, barg in zip(op.operands[3:], op.regions[0].block.args[1:]):
             if not barg.type.is_tensor or id(barg) in lv.alias or tile_bytes(init) != tile_bytes(barg):
                 continue
-            ri = lv.root(init)
-            if id(ri) not in lv.values or isinstance(ri.owner, Block) or ends.get(id(ri)) != t:
-                continue
-            if id(ri) in lv.pipelined:
+            ri = _dies_here(lv, ends, init, t)
+            if ri is None:
                 continue
             lv.alias[id(barg)] = init
             ends[id(ri)] = 1 << 60
