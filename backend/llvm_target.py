@@ -29,7 +29,6 @@ from triton_nmp.errors import NMPCompilationError
 
 DEFAULT_CPU = "x86-64-v3"
 GUARD_TIMEOUT_S = 120.0
-FIRST_TRY_TIMEOUT_S = 30.0  # a kernel takes milliseconds; a worker silent this long is stuck, not busy
 
 
 @functools.lru_cache(None)
@@ -133,8 +132,8 @@ class _Worker:
         except BaseException:
             os._exit(1)
 
-    def request(self, llvm_ir: str, vectorize: bool, timeout: float) -> tuple[str, bytes] | None:
-        deadline = time.monotonic() + timeout
+    def request(self, llvm_ir: str, vectorize: bool) -> tuple[str, bytes] | None:
+        deadline = time.monotonic() + GUARD_TIMEOUT_S
         try:
             _write_msg(self.req_w, pickle.dumps((llvm_ir, vectorize)))
             head = _read_exact(self.resp_r, 8, deadline)
@@ -174,12 +173,12 @@ def _stop_worker() -> None:
 atexit.register(_stop_worker)
 
 
-def _guarded(llvm_ir: str, vectorize: bool, timeout: float = GUARD_TIMEOUT_S) -> tuple[str, bytes] | None:
+def _guarded(llvm_ir: str, vectorize: bool) -> tuple[str, bytes] | None:
     """Run `_optimize_and_emit` in the worker child; None if it crashed or hung (the worker is replaced)."""
     global _worker
     if _worker is None or _worker.owner != os.getpid() or _worker.pid <= 0:
         _worker = _Worker()  # also after a fork of this process: never share a worker's pipes
-    result = _worker.request(llvm_ir, vectorize, timeout)
+    result = _worker.request(llvm_ir, vectorize)
     if result is None:
         _worker = None
     return result
@@ -202,9 +201,7 @@ def optimize(llvm_ir: str, kernel: str) -> str:
     if os.environ.get("TRITON_NMP_LLVM_GUARD", "1") == "0":
         text, obj = _optimize_and_emit(llvm_ir, True)
     else:
-        # A stuck worker (seen rarely on a loaded machine, cause not found) is replaced after
-        # FIRST_TRY_TIMEOUT_S and the request repeated in a fresh one before vectorisation is blamed.
-        result = _guarded(llvm_ir, True, FIRST_TRY_TIMEOUT_S) or _guarded(llvm_ir, True)
+        result = _guarded(llvm_ir, True)
         if result is None:
             warnings.warn(f"LLVM crashed while vectorising kernel '{kernel}' (an LLVM bug); "
                           f"compiling it without loop vectorisation", stacklevel=2)
