@@ -485,7 +485,8 @@ class KernelCodegen(LanguageCodegen):
         mem = None
         if run[-1].name in FUSABLE_MEMORY_OPS:  # the run computes this gather/scatter/atomic's addresses
             mem, run = run[-1], run[:-1]
-            parts = getattr(self, "_" + mem.name.split(".")[1] + "_parts")(mem)
+            parts = {"nmp.gather": self._gather_parts, "nmp.scatter": self._scatter_parts,
+                     "nmp.atomic": self._atomic_parts}[mem.name](mem)
         users = self._users()
         produced = {id(op.results[0]) for op in run}
         # a result needs its tile if anything outside the run reads it
