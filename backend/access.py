@@ -84,11 +84,6 @@ class Affine:
         return all(s == 0 for s in self.strides)
 
 
-def elem_bytes(ty_name: str | None) -> int:
-    return {"i1": 1, "i8": 1, "i16": 2, "i32": 4, "i64": 8, "f16": 2, "bf16": 2, "f32": 4, "f64": 8,
-            "f8E4M3FN": 1, "f8E5M2": 1, "f8E4M3B11FNUZ": 1, "f8E4M3FNUZ": 1, "f8E5M2FNUZ": 1}.get(ty_name or "", 0)
-
-
 def _def(v: Value) -> Op | None:
     return v.owner if isinstance(v.owner, Op) else None
 
@@ -126,7 +121,7 @@ class AffineAnalysis:
                 off = self(op.operands[1])
                 if base is None or off is None or base.root is None:
                     return None
-                return Affine(base.root, s_add(base.offset, s_mul(off.offset, elem_bytes(v.type.pointee))), ())
+                return Affine(base.root, s_add(base.offset, s_mul(off.offset, v.type.pointee_bytes)), ())
             return None
         if not v.type.is_int or v.type.elem == "i1":
             return None
@@ -190,7 +185,7 @@ class AffineAnalysis:
             off = self(op.operands[1])
             if base is None or off is None or base.root is None or off.root is not None:
                 return None
-            size = elem_bytes(ty.pointee)
+            size = ty.pointee_bytes
             return Affine(base.root, s_add(base.offset, s_mul(off.offset, size)),
                           tuple(s_add(a, s_mul(b, size)) for a, b in zip(base.strides, off.strides)))
         if name in ("arith.addi", "arith.subi"):

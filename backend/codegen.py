@@ -1,7 +1,8 @@
 """nmpir -> LLVM IR (llvmlite) for the nmp pseudo-target.
 
 The simulator runs the kernel natively on the host, so the LLVM module is built for the host CPU.
-Layout of the generated code (the ABI the simulator's loader relies on):
+Layout of the generated code (the ABI the simulator relies on; context words, status codes and trace
+records are defined in `triton_nmp.abi`):
 
     i64 nmp_grid_<kernel>(i64* slots, i64 gx, i64 gy, i64 gz, i64* ctx)
         runs every program of the grid in order (x fastest), stops at the first error;
@@ -20,9 +21,27 @@ from dataclasses import dataclass, field
 
 from llvmlite import ir
 
+from triton_nmp.abi import (
+    COUNTERS,
+    COUNTERS_BASE,
+    CTX_TRACE_CAP,
+    CTX_TRACE_LEN,
+    CTX_TRACE_ON,
+    CTX_TRACE_PTR,
+    KIND_DMA_LOAD,
+    KIND_DMA_STORE,
+    KIND_GATHER,
+    KIND_MATMUL,
+    KIND_SCATTER,
+    KIND_VEC,
+    MAX_TRACE_RECORDS,
+    STATUS_NO_MEMORY,
+    STATUS_OUT_OF_BOUNDS,
+    TRACE_WORDS,
+    dtype_code,
+)
 from triton_nmp.errors import NMPCompilationError
 
-from .access import elem_bytes
 from .codegen_language import LanguageCodegen, _row_major
 from .codegen_scalar import (
     F32,
@@ -43,23 +62,7 @@ from .nmpir import FUSABLE_MEMORY_OPS, fused_run_length
 from .scratchpad import ScratchpadPlan
 from .timing_only import timing_only_eligible
 
-COUNTERS = ("programs", "dma_loads", "dma_load_bytes", "dma_stores", "dma_store_bytes", "gather_elems",
-            "scatter_elems", "vec_elems", "macs")
-CTX_COUNTER_BASE = 8
-STATUS_OOB = 1
-STATUS_ASSERT = 2
-STATUS_NO_MEMORY = 3
-
-# Execution trace: the facts the timing model needs, one 8-word record per DMA or compute op, in program
-# order. ctx[CTX_TRACE_PTR] points to a realloc'ed array of records, ctx[CTX_TRACE_LEN] is the number
-# written, ctx[CTX_TRACE_CAP] its capacity, ctx[CTX_TRACE_ON] enables recording.
-CTX_TRACE_PTR, CTX_TRACE_LEN, CTX_TRACE_CAP, CTX_TRACE_ON = 48, 49, 50, 51
-TRACE_WORDS = 8
-EV_DMA_LOAD, EV_DMA_STORE, EV_GATHER, EV_SCATTER, EV_VEC, EV_MATMUL, EV_WAIT = 1, 2, 3, 4, 5, 6, 7
-DMA_FLAG_PREFETCHED = 1
 REDUCE_LANES = 8
-MAX_TRACE_RECORDS = 1 << 24  # 1 GiB of trace; beyond it the launch fails with a clear error
-DTYPE_CODES = {"f32": 0, "f16": 1, "bf16": 2, "f64": 3, "i8": 4, "i16": 5, "i32": 6, "i64": 7, "i1": 8, "ptr": 7}
 
 
 @dataclass
@@ -84,10 +87,6 @@ class CodegenResult:
 
 def _i64(x: int) -> ir.Constant:
     return ir.Constant(I64, x)
-
-
-def _elem_size(t: Ty) -> int:
-    return 8 if t.is_ptr else elem_bytes(t.elem)
 
 
 class KernelCodegen(LanguageCodegen):
@@ -146,7 +145,7 @@ class KernelCodegen(LanguageCodegen):
         self.err_exit = self.fn.append_basic_block("error_exit")
         self.b = ir.IRBuilder(self.entry_block)
         self.alloca_builder = ir.IRBuilder(self.entry_block)
-        ir.IRBuilder(self.err_exit).ret(_i64(STATUS_OOB))
+        ir.IRBuilder(self.err_exit).ret(_i64(STATUS_OUT_OF_BOUNDS))
         b = ir.IRBuilder(start)
         self.b = b
         args_meta = []
@@ -257,7 +256,7 @@ class KernelCodegen(LanguageCodegen):
 
     def count(self, name: str, amount: ir.Value) -> None:
         b = self.b
-        p = b.gep(self.ctx, [_i64(CTX_COUNTER_BASE + COUNTERS.index(name))])
+        p = b.gep(self.ctx, [_i64(COUNTERS_BASE + COUNTERS.index(name))])
         b.store(b.add(b.load(p), amount), p)
 
     def trace(self, kind: int, fields: list) -> None:
@@ -414,7 +413,7 @@ class KernelCodegen(LanguageCodegen):
             arr = self.alloca_builder.alloca(ir.ArrayType(st, n), name=f"spm_{v.name}")
             arr.align = 64
             self.bufs[key] = self.alloca_builder.bitcast(arr, st.as_pointer())
-            nbytes = n * _storage_bytes(v.type)
+            nbytes = v.type.nbytes
             self.spm_bytes += nbytes
             self.buffers.append((v.name, str(v.type), nbytes))
         return self.bufs[key]
@@ -434,7 +433,7 @@ class KernelCodegen(LanguageCodegen):
         if self.plan is not None and self.plan.offset(dst) is not None:
             if self.plan.offset(dst) == self.plan.offset(src):
                 return
-        nbytes = dst.type.numel * _storage_bytes(dst.type)
+        nbytes = dst.type.nbytes
         self.memcpy(self.buffer(dst), self.buffer(src), _i64(nbytes))
 
     def memcpy(self, dst: ir.Value, src: ir.Value, nbytes: ir.Value) -> None:
@@ -525,7 +524,7 @@ class KernelCodegen(LanguageCodegen):
             if op.name == "nmp.vec":
                 r = op.results[0]
                 self.count("vec_elems", _i64(r.type.numel))
-                self.trace(EV_VEC, [r.type.numel, 0, DTYPE_CODES.get(r.type.elem, 0)])
+                self.trace(KIND_VEC, [r.type.numel, 0, dtype_code(r.type.elem)])
         if mem is not None:
             parts[2]()
 
@@ -651,7 +650,7 @@ class KernelCodegen(LanguageCodegen):
         if not self.timing_only:
             self.loop(r.type.numel, body)
         self.count("vec_elems", _i64(r.type.numel))
-        self.trace(EV_VEC, [r.type.numel, 0, DTYPE_CODES.get(r.type.elem, 0)])
+        self.trace(KIND_VEC, [r.type.numel, 0, dtype_code(r.type.elem)])
 
     def op_nmp_matmul(self, op: Op) -> None:
         a, bm, acc = op.operands
@@ -662,7 +661,7 @@ class KernelCodegen(LanguageCodegen):
             raise NotImplementedError("batched tl.dot (3-D operands)")
         if self.timing_only:
             self.count("macs", _i64(m * n * k))
-            self.trace(EV_MATMUL, [m, n, k, DTYPE_CODES.get(a.type.elem, 0)])
+            self.trace(KIND_MATMUL, [m, n, k, dtype_code(a.type.elem)])
             return
         self.copy_tile(r, acc)
         is_int = r.type.is_int
@@ -692,7 +691,7 @@ class KernelCodegen(LanguageCodegen):
 
         self.loop(m, row)
         self.count("macs", _i64(m * n * k))
-        self.trace(EV_MATMUL, [m, n, k, DTYPE_CODES.get(a.type.elem, 0)])
+        self.trace(KIND_MATMUL, [m, n, k, dtype_code(a.type.elem)])
 
     def op_nmp_reduce(self, op: Op) -> None:
         inputs = op.operands
@@ -710,7 +709,7 @@ class KernelCodegen(LanguageCodegen):
                 if not res.type.is_tensor:
                     self.vals[id(res)] = _const(res.type, 0)
             self.count("vec_elems", _i64(_prod(shape)))
-            self.trace(EV_VEC, [_prod(shape), 1, DTYPE_CODES.get(inputs[0].type.elem, 0)])
+            self.trace(KIND_VEC, [_prod(shape), 1, dtype_code(inputs[0].type.elem)])
             return
 
         def at(o, k):
@@ -755,7 +754,7 @@ class KernelCodegen(LanguageCodegen):
         else:
             self.loop(outer, lambda o: self.loop(inner, lambda i: per_position(o, i)))
         self.count("vec_elems", _i64(_prod(shape)))
-        self.trace(EV_VEC, [_prod(shape), 1, DTYPE_CODES.get(inputs[0].type.elem, 0)])
+        self.trace(KIND_VEC, [_prod(shape), 1, dtype_code(inputs[0].type.elem)])
 
     def op_scf_for(self, op: Op) -> None:
         lb, ub, step = (self.scalar(o) for o in op.operands[:3])
@@ -936,7 +935,7 @@ class KernelCodegen(LanguageCodegen):
         hi = b.add(hi, _i64(esize))
         index, _base, span = self.arg_info[id(root)]
         bad = b.or_(b.icmp_signed("<", lo, _i64(0)), b.icmp_signed(">", hi, span))
-        self.fail_if(bad, STATUS_OOB, self.site(op, root.name), index, lo, hi)
+        self.fail_if(bad, STATUS_OUT_OF_BOUNDS, self.site(op, root.name), index, lo, hi)
 
     def _box_copy(self, tile: Value, base_addr, offset, strides, valid, to_tile: bool) -> None:
         """Copy the valid box between global memory and a tile buffer (row-major in the tile).
@@ -945,7 +944,7 @@ class KernelCodegen(LanguageCodegen):
         b = self.b
         shape = tile.type.shape
         st = storage_type(tile.type)
-        esize = _storage_bytes(tile.type)
+        esize = tile.type.elem_bytes
         tstrides = _row_major(shape)
         rank = len(shape)
         buf = self.buffer(tile)
@@ -1001,7 +1000,8 @@ class KernelCodegen(LanguageCodegen):
         self.trace(kind, [index, offset, rows, row_bytes, row_stride, flags])
 
     def _prefetch_flag(self, op: Op):
-        """Multi-buffered loads: every iteration but the first was prefetched during the previous one."""
+        """Multi-buffered loads: every iteration but the first was prefetched during the previous one
+        (flags = FLAG_PREFETCHED, bit 0)."""
         if op.attrs.get("stages", 1) > 1 and self.loops:
             iv, lb = self.loops[-1]
             return self.b.zext(self.b.icmp_signed("!=", iv, lb), I64)
@@ -1013,7 +1013,7 @@ class KernelCodegen(LanguageCodegen):
         shape = r.type.shape
         root, offset, strides, bounds, guard, pos = self._dma_operands(op)
         other = op.operands[pos] if op.attrs.get("has_other") else None
-        esize = _elem_size(r.type)
+        esize = r.type.elem_bytes
         valid, ok, full = self._valid_box(shape, bounds, guard)
         is_scalar = not r.type.is_tensor
         tile = Value(r.name + "_spm", r.type) if is_scalar else r
@@ -1022,7 +1022,7 @@ class KernelCodegen(LanguageCodegen):
                 self._check_range(op, root, offset, strides, valid, esize)
                 self.count("dma_loads", _i64(1))
                 self.count("dma_load_bytes", b.mul(_prod_values(b, valid), _i64(esize)))
-                self._trace_dma(EV_DMA_LOAD, root, offset, strides, valid, esize, self._prefetch_flag(op))
+                self._trace_dma(KIND_DMA_LOAD, root, offset, strides, valid, esize, self._prefetch_flag(op))
             if is_scalar:
                 self.vals[id(r)] = _const(r.type, 0)
             return
@@ -1040,7 +1040,7 @@ class KernelCodegen(LanguageCodegen):
             self._box_copy(tile, self.arg_info[id(root)][1], offset, strides, valid, True)
             self.count("dma_loads", _i64(1))
             self.count("dma_load_bytes", b.mul(_prod_values(b, valid), _i64(esize)))
-            self._trace_dma(EV_DMA_LOAD, root, offset, strides, valid, esize, self._prefetch_flag(op))
+            self._trace_dma(KIND_DMA_LOAD, root, offset, strides, valid, esize, self._prefetch_flag(op))
         if is_scalar:
             self.vals[id(r)] = self.load_elem(tile, _i64(0))
 
@@ -1049,7 +1049,7 @@ class KernelCodegen(LanguageCodegen):
         root, offset, strides, bounds, guard, pos = self._dma_operands(op)
         value = op.operands[pos]
         shape = value.type.shape
-        esize = _elem_size(value.type)
+        esize = value.type.elem_bytes
         valid, ok, _full = self._valid_box(shape, bounds, guard)
         if not value.type.is_tensor:
             tile = Value(value.name + "_spm", value.type)
@@ -1063,14 +1063,14 @@ class KernelCodegen(LanguageCodegen):
                 self._box_copy(tile, self.arg_info[id(root)][1], offset, strides, valid, False)
             self.count("dma_stores", _i64(1))
             self.count("dma_store_bytes", b.mul(_prod_values(b, valid), _i64(esize)))
-            self._trace_dma(EV_DMA_STORE, root, offset, strides, valid, esize)
+            self._trace_dma(KIND_DMA_STORE, root, offset, strides, valid, esize)
 
     def _elem_check(self, op: Op, root: Value, addr: ir.Value, esize: int, site: int) -> None:
         b = self.b
         index, base, span = self.arg_info[id(root)]
         off = b.sub(addr, base)
         bad = b.or_(b.icmp_signed("<", off, _i64(0)), b.icmp_signed(">", b.add(off, _i64(esize)), span))
-        self.fail_if(bad, STATUS_OOB, site, index, off, b.add(off, _i64(esize)))
+        self.fail_if(bad, STATUS_OUT_OF_BOUNDS, site, index, off, b.add(off, _i64(esize)))
 
     def op_nmp_gather(self, op: Op) -> None:
         n, body, finish = self._gather_parts(op)
@@ -1090,7 +1090,7 @@ class KernelCodegen(LanguageCodegen):
             other = op.operands[pos]
         r = op.result
         st = storage_type(r.type)
-        esize = _elem_size(r.type)
+        esize = r.type.elem_bytes
         site = self.site(op, root.name)
         scalar = not r.type.is_tensor
         tile = Value(r.name + "_spm", r.type) if scalar else r
@@ -1112,7 +1112,7 @@ class KernelCodegen(LanguageCodegen):
 
         def finish():
             self.count("gather_elems", _i64(r.type.numel))
-            self.trace(EV_GATHER, [self.arg_info[id(root)][0], 0, r.type.numel, esize, self.arg_info[id(root)][2]])
+            self.trace(KIND_GATHER, [self.arg_info[id(root)][0], 0, r.type.numel, esize, self.arg_info[id(root)][2]])
             if scalar:
                 self.vals[id(r)] = self.load_elem(tile, _i64(0))
 
@@ -1128,7 +1128,7 @@ class KernelCodegen(LanguageCodegen):
         root, ptrs, value = op.operands[:3]
         mask = op.operands[3] if op.attrs.get("has_mask") else None
         st = storage_type(value.type)
-        esize = _elem_size(value.type)
+        esize = value.type.elem_bytes
         site = self.site(op, root.name)
         n = value.type.numel
 
@@ -1144,16 +1144,9 @@ class KernelCodegen(LanguageCodegen):
 
         def finish():
             self.count("scatter_elems", _i64(n))
-            self.trace(EV_SCATTER, [self.arg_info[id(root)][0], 0, n, esize, self.arg_info[id(root)][2]])
+            self.trace(KIND_SCATTER, [self.arg_info[id(root)][0], 0, n, esize, self.arg_info[id(root)][2]])
 
         return n, body, finish
-
-
-def _storage_bytes(t: Ty) -> int:
-    st = storage_type(t)
-    if isinstance(st, ir.IntType):
-        return st.width // 8
-    return 8 if st == F64 else 4
 
 
 def _prod(xs) -> int:

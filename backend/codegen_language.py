@@ -9,12 +9,18 @@ import math
 
 from llvmlite import ir
 
+from triton_nmp.abi import (
+    KIND_GATHER,
+    KIND_MATMUL,
+    KIND_SCATTER,
+    KIND_VEC,
+    STATUS_ASSERT,
+    STATUS_OUT_OF_BOUNDS,
+    dtype_code,
+)
+
 from .codegen_scalar import I1, I32, I64, storage_type
 from .ir import Op, Value
-
-STATUS_OOB, STATUS_ASSERT = 1, 2
-EV_GATHER, EV_SCATTER, EV_VEC, EV_MATMUL = 3, 4, 5, 6
-DTYPE_CODES = {"f32": 0, "f16": 1, "bf16": 2, "f64": 3, "i8": 4, "i16": 5, "i32": 6, "i64": 7, "i1": 8, "ptr": 7}
 
 
 def _i64(x: int) -> ir.Constant:
@@ -59,7 +65,7 @@ class LanguageCodegen:
     def _charge(self, n: int, elem: str, reduce_like: bool = False) -> None:
         """Account n elements of vector-unit work (counter and trace record), like the core's tile ops."""
         self.count("vec_elems", _i64(n))
-        self.trace(EV_VEC, [n, 1 if reduce_like else 0, DTYPE_CODES.get(elem, 0)])
+        self.trace(KIND_VEC, [n, 1 if reduce_like else 0, dtype_code(elem)])
 
     def _dummy_scalars(self, op: Op) -> None:
         for r in op.results:
@@ -227,7 +233,7 @@ class LanguageCodegen:
         is_int = isinstance(ct, ir.IntType)
         self.count("macs", _i64(batch * m * n * k))
         for _ in range(1):
-            self.trace(EV_MATMUL, [m * batch, n, k, DTYPE_CODES.get(a.type.elem, 0)])
+            self.trace(KIND_MATMUL, [m * batch, n, k, dtype_code(a.type.elem)])
         if self._timing:
             return
 
@@ -296,9 +302,7 @@ class LanguageCodegen:
         r = op.result
         b = self.b
         st = storage_type(r.type)
-        from .codegen import _elem_size
-
-        esize = _elem_size(r.type)
+        esize = r.type.elem_bytes
         index, base, span = self.arg_info[id(root)]
         site = self.site(op, root.name)
         self.sites[site].op = self._ATOMIC_LABEL.get(kind, "tl.atomic_" + kind)
@@ -315,7 +319,7 @@ class LanguageCodegen:
                     addr = self._elem(ptrs, i)
                     off = b.sub(addr, base)
                     bad = b.or_(b.icmp_signed("<", off, _i64(0)), b.icmp_signed(">", b.add(off, _i64(esize)), span))
-                    self.fail_if(bad, STATUS_OOB, site, index, off, b.add(off, _i64(esize)))
+                    self.fail_if(bad, STATUS_OUT_OF_BOUNDS, site, index, off, b.add(off, _i64(esize)))
                     p = b.inttoptr(addr, st.as_pointer())
                     old = to_compute(b, b.load(p), r.type)
                     v = self._elem(val, i)
@@ -340,8 +344,8 @@ class LanguageCodegen:
         def finish():
             self.count("gather_elems", _i64(n))
             self.count("scatter_elems", _i64(n))
-            self.trace(EV_GATHER, [index, 0, n, esize, span])
-            self.trace(EV_SCATTER, [index, 0, n, esize, span])
+            self.trace(KIND_GATHER, [index, 0, n, esize, span])
+            self.trace(KIND_SCATTER, [index, 0, n, esize, span])
             if scalar:
                 self.vals[id(r)] = _zero(r.type) if self._timing else self.load_elem(tile, _i64(0))
 

@@ -20,6 +20,7 @@ from typing import Any
 from triton._C.libtriton import ir, passes
 from triton.backends.compiler import BaseBackend, GPUTarget, Language
 
+from triton_nmp.abi import PU_MAPPINGS
 from triton_nmp.errors import NMPCompilationError
 from triton_nmp.target import active_target
 
@@ -31,7 +32,6 @@ from .scratchpad import ScratchpadPlan, legalize_with_stages
 from .ttir_import import import_ttir
 
 VERSION = "0.1.0"
-PU_MAPPINGS = ("round_robin", "blocked", "locality", "random")
 
 
 @functools.lru_cache(None)

@@ -16,6 +16,13 @@ FLOAT_TYPES = {"f16": 16, "bf16": 16, "f32": 32, "f64": 64, "f8E4M3FN": 8, "f8E5
                "f8E4M3FNUZ": 8, "f8E5M2FNUZ": 8}
 
 
+def scalar_bytes(elem: str | None) -> int:
+    """Bytes of one element of the scalar type named `elem` in memory and in the scratchpad (i1 takes a
+    byte), or 0 when `elem` names no int/float type (a pointee that is itself a pointer or a block)."""
+    bits = INT_TYPES.get(elem or "") or FLOAT_TYPES.get(elem or "")
+    return max(bits // 8, 1) if bits else 0
+
+
 @dataclass(frozen=True)
 class Ty:
     """A scalar or tensor type. `elem` is an int/float name or "ptr" (then `pointee` names the element)."""
@@ -45,6 +52,21 @@ class Ty:
         if self.is_ptr:
             return 64
         return INT_TYPES.get(self.elem) or FLOAT_TYPES[self.elem]
+
+    @property
+    def elem_bytes(self) -> int:
+        """Bytes of one element in memory and in the scratchpad (pointers are 8-byte addresses)."""
+        return 8 if self.is_ptr else scalar_bytes(self.elem)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the whole value (a tile's scratchpad buffer before alignment)."""
+        return self.numel * self.elem_bytes
+
+    @property
+    def pointee_bytes(self) -> int:
+        """Bytes of the element a pointer points to (the unit of `tt.addptr` offsets); 0 if not a scalar."""
+        return scalar_bytes(self.pointee)
 
     @property
     def numel(self) -> int:

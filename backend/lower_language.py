@@ -6,7 +6,6 @@ from the core conversion so the core (access analysis, loops, DMA) stays small.
 
 from __future__ import annotations
 
-from .access import elem_bytes
 from .ir import Block, Op, Region
 
 
@@ -26,7 +25,7 @@ class LanguageLowering:
             if k in op.attrs:
                 attrs[k] = op.attrs[k]
         if name == "tt.addptr":
-            attrs["elem_bytes"] = elem_bytes(res_ty.pointee)
+            attrs["elem_bytes"] = res_ty.pointee_bytes
         attrs.update(extra or {})
         if res_ty.is_tensor:
             operands = [self.vec_operand(o) for o in op.operands]

@@ -187,14 +187,6 @@ def sink_address_computations(mod: Module) -> None:
         _sink_block(f.body, uses)
 
 
-def _tile_bytes(v: Value) -> int:
-    t = v.type
-    n = 1
-    for d in t.shape:
-        n *= d
-    return n * (8 if t.is_ptr else max(t.bits // 8, 1))
-
-
 def _sink_block(block: Block, uses: dict[int, int]) -> None:
     for op in block.ops:
         for r in op.regions:
@@ -240,8 +232,8 @@ def _sink_into(block: Block, mem: Op, uses: dict[int, int]) -> None:
         if not movable(o, sub, ext):
             continue
         # worth it when the tiles that stop being stored outweigh the tiles that live longer
-        saved = sum(_tile_bytes(op.results[0]) for op in sub.values())
-        if sum(_tile_bytes(v) for v in ext.values()) < saved:
+        saved = sum(op.results[0].type.nbytes for op in sub.values())
+        if sum(v.type.nbytes for v in ext.values()) < saved:
             chain.update(sub)
     if chain:
         ordered = [op for op in block.ops if id(op) in chain]  # keep their original order

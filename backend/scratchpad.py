@@ -16,18 +16,10 @@ from dataclasses import dataclass, field
 
 from triton_nmp.errors import NMPScratchpadOverflowError
 
-from .codegen_scalar import storage_type
 from .ir import Block, Func, Loc, Op, Value
 from .nmpir import FUSABLE_MEMORY_OPS, fused_run_length
 
 DEFAULT_ALIGN = 64
-
-
-def tile_bytes(v: Value) -> int:
-    st = storage_type(v.type)
-    width = getattr(st, "width", None)
-    esize = width // 8 if width else (8 if str(st) == "double" else 4)
-    return v.type.numel * esize
 
 
 @dataclass
@@ -231,7 +223,7 @@ def _elementwise_in_place(lv: _Liveness) -> None:
         if id(r) in lv.alias or not r.type.is_tensor:
             continue
         for o in op.operands:
-            if not o.type.is_tensor or tile_bytes(o) != tile_bytes(r):
+            if not o.type.is_tensor or o.type.nbytes != r.type.nbytes:
                 continue
             ro = _dies_here(lv, ends, o, t)
             if ro is None:
@@ -248,7 +240,7 @@ def _matmul_in_place(lv: _Liveness) -> None:
     for op, t in lv.matmul_ops:
         r = op.result
         a, bm, acc = op.operands
-        if id(r) in lv.alias or not acc.type.is_tensor or tile_bytes(acc) != tile_bytes(r):
+        if id(r) in lv.alias or not acc.type.is_tensor or acc.type.nbytes != r.type.nbytes:
             continue
         ra = _dies_here(lv, ends, acc, t)
         if ra is None or ra is lv.root(a) or ra is lv.root(bm):
@@ -262,7 +254,7 @@ def _loop_init_in_place(lv: _Liveness) -> None:
     ends = _root_ends(lv)
     for op, t in lv.for_ops:
         for init, barg in zip(op.operands[3:], op.regions[0].block.args[1:]):
-            if not barg.type.is_tensor or id(barg) in lv.alias or tile_bytes(init) != tile_bytes(barg):
+            if not barg.type.is_tensor or id(barg) in lv.alias or init.type.nbytes != barg.type.nbytes:
                 continue
             ri = _dies_here(lv, ends, init, t)
             if ri is None:
@@ -322,7 +314,7 @@ def plan_scratchpad(func: Func, align: int = DEFAULT_ALIGN) -> ScratchpadPlan:
         buf = groups.get(rk)
         if buf is None:
             rv = lv.values.get(rk, root)
-            nbytes = -(-tile_bytes(rv) // align) * align
+            nbytes = -(-rv.type.nbytes // align) * align
             buf = Buffer(rv, nbytes, start, end, lv.locs.get(rk, lv.locs[key]), lv.pipelined.get(rk, 1))
             groups[rk] = buf
         else:

@@ -16,8 +16,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .access import elem_bytes
-from .codegen import DTYPE_CODES, EV_DMA_LOAD, EV_DMA_STORE, EV_GATHER, EV_MATMUL, EV_SCATTER, EV_VEC
+from triton_nmp.abi import (
+    FLAG_PREFETCHED,
+    KIND_DMA_LOAD,
+    KIND_DMA_STORE,
+    KIND_GATHER,
+    KIND_MATMUL,
+    KIND_SCATTER,
+    KIND_VEC,
+    TRACE_WORDS,
+    dtype_code,
+)
+
 from .ir import Func, Op, Value
 
 _MAX_ITERATIONS = 1 << 16
@@ -29,7 +39,7 @@ class Unknown(Exception):
 
 @dataclass
 class TracePrediction:
-    trace: np.ndarray  # (records, 8) int64, program order within each program
+    trace: np.ndarray  # (records, TRACE_WORDS) int64, program order within each program
     exact: bool
     reason: str = ""
 
@@ -149,7 +159,7 @@ class _Predictor:
         lanes = np.nonzero(mask)[0]
         if lanes.size == 0:
             return
-        rec = np.zeros((lanes.size, 8), dtype=np.int64)
+        rec = np.zeros((lanes.size, TRACE_WORDS), dtype=np.int64)
         rec[:, 0] = kind
         rec[:, 1] = self.prog[lanes]
         for k, f in enumerate(fields):
@@ -162,7 +172,7 @@ class _Predictor:
         alive = np.ones(self.prog.size, dtype=bool)
         self.block(self.func.body.ops, alive)
         if not self.records:
-            return np.zeros((0, 8), dtype=np.int64)
+            return np.zeros((0, TRACE_WORDS), dtype=np.int64)
         recs = np.concatenate([r for _, _, r in self.records])
         seqs = np.concatenate([np.full(r.shape[0], s) for s, _, r in self.records])
         order = np.lexsort((seqs, recs[:, 1]))
@@ -207,25 +217,25 @@ class _Predictor:
             root = op.operands[0]
             numel = (op.result.type if n == "nmp.gather" else op.operands[2].type).numel
             t = op.result.type if n == "nmp.gather" else op.operands[2].type
-            self.emit(mask, EV_GATHER if n == "nmp.gather" else EV_SCATTER,
-                      [self.arg_index[id(root)], 0, numel, elem_bytes(t.elem) or 8, self.spans.get(root.name, 0)])
+            self.emit(mask, KIND_GATHER if n == "nmp.gather" else KIND_SCATTER,
+                      [self.arg_index[id(root)], 0, numel, t.elem_bytes, self.spans.get(root.name, 0)])
             for r in op.results:
                 self.unknown.add(id(r))
             return mask
         if n == "nmp.vec":
             r = op.result
-            self.emit(mask, EV_VEC, [r.type.numel, 0, DTYPE_CODES.get(r.type.elem, 0)])
+            self.emit(mask, KIND_VEC, [r.type.numel, 0, dtype_code(r.type.elem)])
             return mask
         if n == "nmp.reduce":
             shape = op.operands[0].type.shape
-            self.emit(mask, EV_VEC, [int(np.prod(shape)), 1, DTYPE_CODES.get(op.operands[0].type.elem, 0)])
+            self.emit(mask, KIND_VEC, [int(np.prod(shape)), 1, dtype_code(op.operands[0].type.elem)])
             for r in op.results:
                 self.unknown.add(id(r))
             return mask
         if n == "nmp.matmul":
             a, b = op.operands[0], op.operands[1]
             m, k = a.type.shape[-2:]
-            self.emit(mask, EV_MATMUL, [m, b.type.shape[-1], k, DTYPE_CODES.get(a.type.elem, 0)])
+            self.emit(mask, KIND_MATMUL, [m, b.type.shape[-1], k, dtype_code(a.type.elem)])
             return mask
         if n in ("nmp.splat", "nmp.iota", "nmp.const", "nmp.broadcast", "nmp.transpose", "nmp.view"):
             return mask
@@ -260,7 +270,7 @@ class _Predictor:
             ok &= np.asarray(self.val(ops[2 + 2 * rank])) != 0
         t = op.result.type if op.name == "nmp.dma_load" else ops[-1].type
         shape = t.shape
-        esize = 8 if t.is_ptr else elem_bytes(t.elem)
+        esize = t.elem_bytes
         valid = [np.clip(bd, 0, n) for bd, n in zip(bounds, shape)]
         for v in valid:
             ok = ok & (v > 0)
@@ -276,10 +286,10 @@ class _Predictor:
         flags = 0
         if op.name == "nmp.dma_load" and op.attrs.get("stages", 1) > 1 and self.loops:
             iv, lb = self.loops[-1]
-            flags = (np.asarray(iv) != np.asarray(lb)).astype(np.int64)
+            flags = (np.asarray(iv) != np.asarray(lb)).astype(np.int64) * FLAG_PREFETCHED
         if op.name == "nmp.dma_load" and not op.result.type.is_tensor:
             self.unknown.add(id(op.result))
-        kind = EV_DMA_LOAD if op.name == "nmp.dma_load" else EV_DMA_STORE
+        kind = KIND_DMA_LOAD if op.name == "nmp.dma_load" else KIND_DMA_STORE
         n = self.prog.size
         self.emit(ok, kind, [self.arg_index[id(root)], np.broadcast_to(offset, (n,)), np.broadcast_to(rows, (n,)),
                              np.broadcast_to(row_bytes, (n,)), np.broadcast_to(row_stride, (n,)),
@@ -360,9 +370,9 @@ def predict_trace(func: Func, scalars: dict[str, int | float], spans: dict[str, 
     """The trace the compiled kernel would record for this launch, or exact=False when it depends on data."""
     grid = tuple(int(g) for g in (list(grid) + [1, 1])[:3])
     if min(grid) <= 0:
-        return TracePrediction(np.zeros((0, 8), dtype=np.int64), True)
+        return TracePrediction(np.zeros((0, TRACE_WORDS), dtype=np.int64), True)
     try:
         trace = _Predictor(func, scalars, spans, grid).run()
     except Unknown as e:
-        return TracePrediction(np.zeros((0, 8), dtype=np.int64), False, str(e))
+        return TracePrediction(np.zeros((0, TRACE_WORDS), dtype=np.int64), False, str(e))
     return TracePrediction(trace, True)

@@ -144,7 +144,7 @@ class CounterEstimate:
 
 
 def estimate_from_counters(counters: dict[str, int], grid: tuple[int, int, int], spec: Any) -> CounterEstimate:
-    """`CounterEstimate` from the compiler's counters (names in backend.codegen.COUNTERS).
+    """`CounterEstimate` from the compiler's counters (names in triton_nmp.abi.COUNTERS).
 
     Every DMA descriptor costs its setup, overlapped `dma_max_in_flight` deep; gather/scatter elements
     count as one granule-sized descriptor each; bytes stream at the local bank rate; matmul MACs run

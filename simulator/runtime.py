@@ -1,16 +1,9 @@
 """Run a compiled grid natively and turn its status/context words into results or Python errors.
 
-ABI (fixed between compiler and simulator)::
-
-    int64_t entry(int64_t *slots, int64_t gx, int64_t gy, int64_t gz, int64_t *ctx)
-
-The entry loops over all programs itself (a Python loop per program would cost microseconds each).
-`ctx` holds 64 zeroed int64 words: [0] status, [1] site index into metadata["nmp_sites"], [2] argument
-index into metadata["nmp_args"], [3] lowest offending byte offset, [4] highest offending offset + 1,
-[5..7] program id of the failing program, [8:48] counters named by metadata["nmp_counters"],
-[48..51] the execution trace: pointer to a malloc'ed array of 8-word records, records written,
-capacity, and the enable flag (see `triton_nmp.backend.codegen` for the record layout). The runtime
-copies the trace into numpy and frees it after every launch, successful or not.
+The ABI between compiled kernels and this runtime (entry prototype, context words, status codes,
+trace records) is `triton_nmp.abi`. The entry loops over all programs itself (a Python loop per
+program would cost microseconds each). The runtime copies the trace into numpy and frees it after
+every launch, successful or not.
 """
 
 from __future__ import annotations
@@ -22,6 +15,26 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from triton_nmp.abi import (
+    COUNTERS_BASE,
+    CTX_ARG,
+    CTX_HI,
+    CTX_LO,
+    CTX_PID,
+    CTX_SITE,
+    CTX_STATUS,
+    CTX_TRACE_LEN,
+    CTX_TRACE_ON,
+    CTX_TRACE_PTR,
+    CTX_WORDS,
+    MAX_COUNTERS,
+    MAX_TRACE_RECORDS,
+    STATUS_ASSERT,
+    STATUS_NO_MEMORY,
+    STATUS_OK,
+    STATUS_OUT_OF_BOUNDS,
+    TRACE_WORDS,
+)
 from triton_nmp.errors import NMPDeviceAssertError, NMPLaunchError, NMPOutOfBoundsError, NMPRuntimeError
 
 __all__ = [
@@ -43,14 +56,6 @@ __all__ = [
     "add_launch_listener",
     "remove_launch_listener",
 ]
-
-CTX_WORDS = 64
-CTX_STATUS, CTX_SITE, CTX_ARG, CTX_LO, CTX_HI, CTX_PID = 0, 1, 2, 3, 4, 5
-COUNTERS_BASE = 8
-CTX_TRACE_PTR, CTX_TRACE_LEN, CTX_TRACE_CAP, CTX_TRACE_ON = 48, 49, 50, 51
-TRACE_WORDS = 8
-MAX_COUNTERS = CTX_TRACE_PTR - COUNTERS_BASE
-STATUS_OK, STATUS_OUT_OF_BOUNDS, STATUS_ASSERT, STATUS_NO_MEMORY = 0, 1, 2, 3
 
 _libc = ctypes.CDLL(None)
 _libc.free.argtypes = [ctypes.c_void_p]
@@ -190,7 +195,8 @@ def raise_for_status(status: int, ctx: Sequence[int], abi: KernelABI, spans: Seq
         err.kernel, err.loc, err.program_id = kernel, site.loc, pid
         raise err
     if status == STATUS_NO_MEMORY:
-        raise NMPRuntimeError(f"kernel '{kernel}': the execution trace exceeded its limit (16M records) or host "
+        raise NMPRuntimeError(f"kernel '{kernel}': the execution trace exceeded its limit "
+                              f"({MAX_TRACE_RECORDS >> 20}M records) or host "
                               f"memory (program {pid}); a kernel that never ends (spin loop) stops here. "
                               f"Set TRITON_NMP_TRACE=0 to run without timing")
     raise NMPRuntimeError(

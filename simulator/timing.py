@@ -1,7 +1,7 @@
 """Timing model: a launch's execution trace + tensor placement -> simulated cycles on the nmp mesh.
 
 The functional run records what each program did (DMA descriptors, gathers, vector and matrix ops,
-in program order; see `triton_nmp.backend.codegen`). This module charges time for it with the
+in program order; record layout in `triton_nmp.abi`). This module charges time for it with the
 machine numbers of a `TargetSpec` (DESIGN.md section 1; nmp-64 values in brackets). Everything is
 vectorised over records with numpy: no Python loop runs per record or per program.
 
@@ -76,6 +76,19 @@ from typing import Any
 
 import numpy as np
 
+from triton_nmp.abi import (
+    DTYPE_CODES,
+    FLAG_PREFETCHED,
+    KIND_DMA_LOAD,
+    KIND_DMA_STORE,
+    KIND_GATHER,
+    KIND_MATMUL,
+    KIND_SCATTER,
+    KIND_VEC,
+    KIND_WAIT,
+    TRACE_WORDS,
+)
+from triton_nmp.abi import PU_MAPPINGS as MAPPINGS
 from triton_nmp.errors import NMPRuntimeError
 from triton_nmp.placement import Placement, placement_of
 from triton_nmp.target import TargetSpec, active_target
@@ -90,16 +103,13 @@ __all__ = [
     "simulate_launch",
 ]
 
-KIND_DMA_LOAD, KIND_DMA_STORE, KIND_GATHER, KIND_SCATTER, KIND_VEC, KIND_MATMUL, KIND_WAIT = range(1, 8)
-FLAG_PREFETCHED = 1  # flags bit 0: issued one pipeline stage ahead (multi-buffered load)
-TRACE_WORDS = 8
-MAPPINGS: tuple[str, ...] = ("round_robin", "blocked", "locality", "random")
 LOCALITY_SLACK = 0  # locality mapping: a PU takes at most ceil(n/P) + LOCALITY_SLACK programs
 
 # dtype codes of the trace -> (matrix-unit rate key, cost multiplier); 64-bit types run at half rate.
-_DTYPE_FP64, _DTYPE_INT64 = 3, 7
-_MATRIX_RATE = {0: ("fp32", 1), 1: ("fp16", 1), 2: ("bf16", 1), 3: ("fp32", 2), 4: ("int8", 1),
-                5: ("fp32", 1), 6: ("fp32", 1), 7: ("fp32", 2), 8: ("int8", 1)}  # fmt: skip
+_DTYPE_FP64, _DTYPE_INT64 = DTYPE_CODES["f64"], DTYPE_CODES["i64"]
+_MATRIX_RATE = {DTYPE_CODES[t]: rate for t, rate in (
+    ("f32", ("fp32", 1)), ("f16", ("fp16", 1)), ("bf16", ("bf16", 1)), ("f64", ("fp32", 2)), ("i8", ("int8", 1)),
+    ("i16", ("fp32", 1)), ("i32", ("fp32", 1)), ("i64", ("fp32", 2)), ("i1", ("int8", 1)))}
 _LIMIT_NAMES = ("pu", "bank", "link")
 
 

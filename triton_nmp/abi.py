@@ -1,0 +1,66 @@
+"""The contract between the compiled kernel and the simulator, in one place.
+
+The compiler (`backend/codegen*.py`, `backend/trace_predict.py`) writes these numbers into generated
+code and predicted traces; the simulator (`simulator/runtime.py`, `simulator/timing.py`) reads them
+back. Change a value here and both sides change together; a kernel compiled against other values is
+not loadable (the compiler's source hash is part of Triton's cache key).
+
+Entry point of a compiled kernel::
+
+    int64_t nmp_grid_<kernel>(int64_t *slots, int64_t gx, int64_t gy, int64_t gz, int64_t *ctx)
+
+`ctx` is CTX_WORDS zeroed int64 words:
+
+    [CTX_STATUS]                 status (STATUS_*), 0 on success
+    [CTX_SITE]                   index of the failing op in metadata["nmp_sites"]
+    [CTX_ARG]                    index of the argument in metadata["nmp_args"]
+    [CTX_LO], [CTX_HI]           offending byte range [lo, hi) (or assertion operands)
+    [CTX_PID .. CTX_PID + 2]     program id (x, y, z) of the failing program
+    [COUNTERS_BASE + i]          counter COUNTERS[i] (work done, summed over programs)
+    [CTX_TRACE_PTR]              malloc'ed array of TRACE_WORDS-word trace records (the runtime frees it)
+    [CTX_TRACE_LEN]              records written
+    [CTX_TRACE_CAP]              capacity of the array, in records (at most MAX_TRACE_RECORDS)
+    [CTX_TRACE_ON]               non-zero: record the trace
+
+A trace record is [kind, program, f0, ..., f5] (TRACE_WORDS words), in program order:
+
+    KIND_DMA_LOAD/STORE   [arg, first byte, rows, row bytes, row stride, flags]   (flags: FLAG_*)
+    KIND_GATHER/SCATTER   [arg, 0, elements, element bytes, argument span]
+    KIND_VEC              [elements, reduce-like (0/1), dtype code]
+    KIND_MATMUL           [M, N, K, dtype code of the inputs]
+    KIND_WAIT             [] (ends a pipeline stage)
+"""
+
+from __future__ import annotations
+
+# -- context block -----------------------------------------------------------------------------------
+CTX_WORDS = 64
+CTX_STATUS, CTX_SITE, CTX_ARG, CTX_LO, CTX_HI, CTX_PID = 0, 1, 2, 3, 4, 5
+COUNTERS_BASE = 8
+CTX_TRACE_PTR, CTX_TRACE_LEN, CTX_TRACE_CAP, CTX_TRACE_ON = 48, 49, 50, 51
+MAX_COUNTERS = CTX_TRACE_PTR - COUNTERS_BASE
+
+# Counters the compiled code accumulates in ctx[COUNTERS_BASE:], in this order (metadata["nmp_counters"]).
+COUNTERS = ("programs", "dma_loads", "dma_load_bytes", "dma_stores", "dma_store_bytes", "gather_elems",
+            "scatter_elems", "vec_elems", "macs")
+
+# -- status codes --------------------------------------------------------------------------------------
+STATUS_OK, STATUS_OUT_OF_BOUNDS, STATUS_ASSERT, STATUS_NO_MEMORY = 0, 1, 2, 3
+
+# -- execution trace -----------------------------------------------------------------------------------
+TRACE_WORDS = 8
+MAX_TRACE_RECORDS = 1 << 24  # 1 GiB of trace; beyond it the launch fails with STATUS_NO_MEMORY
+KIND_DMA_LOAD, KIND_DMA_STORE, KIND_GATHER, KIND_SCATTER, KIND_VEC, KIND_MATMUL, KIND_WAIT = range(1, 8)
+FLAG_PREFETCHED = 1  # DMA flags bit 0: issued one pipeline stage ahead (multi-buffered load)
+
+# Element type of a vector or matrix record (pointers are 64-bit integers).
+DTYPE_CODES = {"f32": 0, "f16": 1, "bf16": 2, "f64": 3, "i8": 4, "i16": 5, "i32": 6, "i64": 7, "i1": 8, "ptr": 7}
+
+
+def dtype_code(elem: str) -> int:
+    """The trace's code of an element type name (f32's code for types without one of their own)."""
+    return DTYPE_CODES.get(elem, 0)
+
+
+# -- program -> PU mappings (the `pu_mapping` compile option, applied by the timing model) ---------------
+PU_MAPPINGS: tuple[str, ...] = ("round_robin", "blocked", "locality", "random")
