@@ -453,3 +453,24 @@ def test_default_cache_dir_follows_the_environment(data, tmp_path, monkeypatch):
     autotune(_space(), key=["n"], top_k=2, model=fake_model, do_bench=CountingBench())(tuned_shift)[grid](x, y, out, N)
     assert time.perf_counter() - t0 < 30
     assert len(list((tmp_path / "env-cache").glob("tuned_shift-*/*.json"))) == 1
+
+
+@pytest.mark.parametrize("elem", ["ptr", "f64"])
+def test_fallback_estimate_charges_a_pointer_tile_eight_bytes_per_element(elem: str) -> None:
+    """The op-count estimate (used when the trace cannot be predicted) moves a tile's real bytes: a tile
+    of pointers is 8 bytes per element like an f64 tile (it was charged 1 byte per element)."""
+    from triton_nmp.backend.ir import Block, Func, Op, Ty, Value
+    from triton_nmp.costmodel import _fallback_seconds
+    from triton_nmp.target import TargetSpec
+
+    spec = TargetSpec.load("nmp-64")
+    arg = Value("x", Ty("ptr", (), "f32"))
+    i64 = [Value(n, Ty("i64")) for n in ("off", "stride", "bound")]
+    body = Block([arg, *i64])
+    tile = Ty(elem, (4096,), "f32" if elem == "ptr" else None)
+    load = Op("nmp.dma_load", [arg, *i64], [], {"rank": 1})
+    load.results.append(Value("t", tile, load))
+    body.ops.append(load)
+    seconds = _fallback_seconds(Func("k", body.args, [], body), {}, spec, 1)
+    moved = spec.dma_setup_cycles + 4096 * 8 / spec.bank_bytes_per_cycle
+    assert seconds == pytest.approx(spec.cycles_to_seconds(moved) + spec.launch_overhead_us * 1e-6)

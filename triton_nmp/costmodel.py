@@ -121,14 +121,12 @@ def _grid_of(grid: Any, meta: dict) -> tuple[int, int, int]:
 
 def _fallback_seconds(func, scalars: dict, spec: TargetSpec, n_programs: int) -> float:
     """Rough per-program estimate from op counts (loops run their statically known trip count, else once)."""
-    from triton_nmp.backend.ir import scalar_bytes
-
     def ops_cost(ops, mult: float) -> float:
         cyc = 0.0
         for op in ops:
             if op.name in ("nmp.dma_load", "nmp.dma_store", "nmp.gather", "nmp.scatter"):
                 t = op.results[0].type if op.results else op.operands[-1].type
-                nbytes = t.numel * max(scalar_bytes(t.elem), 1)
+                nbytes = t.nbytes
                 per = spec.dma_setup_cycles + nbytes / spec.bank_bytes_per_cycle
                 if op.name in ("nmp.gather", "nmp.scatter"):
                     per = t.numel * (spec.dma_setup_cycles / spec.dma_max_in_flight + spec.dma_granule_bytes
