@@ -22,14 +22,13 @@ from triton.backends.compiler import BaseBackend, GPUTarget, Language
 
 from triton_nmp.abi import PU_MAPPINGS
 from triton_nmp.errors import NMPCompilationError
-from triton_nmp.target import active_target
+from triton_nmp.target import TargetSpec, spec_for_arch
 
 from . import llvm_target
 from .codegen import generate_llvm
-from .lower_nmpir import lower_to_nmpir
 from .nmpir import print_module
-from .scratchpad import ScratchpadPlan, legalize_with_stages
-from .ttir_import import import_ttir
+from .pipeline import PassContext, compile_ttir
+from .scratchpad import ScratchpadPlan
 
 VERSION = "0.1.0"
 
@@ -101,6 +100,11 @@ class NMPOptions:
             raise NMPCompilationError(f"num_stages must be >= 1, got {self.num_stages}")
         if self.num_warps < 1 or self.num_ctas < 1:
             raise NMPCompilationError("num_warps and num_ctas must be >= 1")
+
+    @property
+    def target(self) -> TargetSpec:
+        """The machine compiled for, named by `arch` (from the GPUTarget the compile was asked for)."""
+        return spec_for_arch(self.arch)
 
     def hash(self) -> str:
         key = "_".join(f"{k}-{v}" for k, v in sorted(self.__dict__.items()))
@@ -204,15 +208,13 @@ class NMPBackend(BaseBackend):
 
     @staticmethod
     def make_nmpir(src, metadata, options) -> NMPIR:
-        module = import_ttir(str(src))
-        metadata["name"] = module.kernel.name
-        nmp = lower_to_nmpir(module)
-        spec = active_target()
-        plan, depth = legalize_with_stages(nmp, spec, options.num_stages)
-        metadata["nmp_num_stages"] = depth  # the multi-buffering depth that fits (<= num_stages)
-        metadata["shared"] = plan.peak_bytes
-        metadata["nmp_spm_bytes"] = plan.peak_bytes
-        return NMPIR(nmp, plan)
+        ctx = PassContext.from_options(options)
+        nmp = compile_ttir(str(src), ctx)  # every pass, in order: backend/pipeline.py
+        metadata["name"] = nmp.kernel.name
+        metadata["nmp_num_stages"] = ctx.stages  # the multi-buffering depth that fits (<= num_stages)
+        metadata["shared"] = ctx.plan.peak_bytes
+        metadata["nmp_spm_bytes"] = ctx.plan.peak_bytes
+        return NMPIR(nmp, ctx.plan)
 
     @staticmethod
     def make_llir(src: NMPIR, metadata, options) -> str:

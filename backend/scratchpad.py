@@ -22,6 +22,11 @@ from .nmpir import FUSABLE_MEMORY_OPS, fused_run_length
 DEFAULT_ALIGN = 64
 
 
+def buffer_align(spec) -> int:
+    """Alignment of scratchpad buffers on a target: its DMA alignment, at least DEFAULT_ALIGN."""
+    return max(spec.dma_alignment_bytes, DEFAULT_ALIGN)
+
+
 @dataclass
 class Buffer:
     """A scratchpad buffer: one tile value and every value that aliases it."""
@@ -420,7 +425,7 @@ def legalize_scratchpad(module, spec) -> ScratchpadPlan:
     from .stripmine import strip_mine
 
     func = module.kernel
-    align = max(spec.dma_alignment_bytes, 64)
+    align = buffer_align(spec)
     plan = plan_scratchpad(func, align)
     if plan.peak_bytes > spec.spm_bytes:
         n = next((v.type.shape[0] for op in func.walk() for v in op.results if v.type.is_tensor), 0)

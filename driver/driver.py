@@ -17,6 +17,8 @@ from typing import Any
 from triton.backends.compiler import GPUTarget
 from triton.backends.driver import DriverBase
 
+from triton_nmp.target import target_arch
+
 from .device import NMPDeviceInterface, clock, device_interface
 from .launcher import NMPLauncher
 
@@ -49,14 +51,6 @@ _CPP_TYPES = {
     "f32": "double",
     "fp64": "double",
 }
-
-
-def target_arch(spec: Any) -> str:
-    """The GPUTarget arch string of a target spec: "<name>:<first 16 hex digits of its hash>".
-
-    The hash is part of the arch so Triton's cache keys change whenever the machine description does.
-    """
-    return f"{spec.name}:{spec.hash()[:16]}"
 
 
 class NMPUtils:

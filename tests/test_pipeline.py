@@ -203,3 +203,53 @@ def test_importing_triton_nmp_before_triton_works() -> None:
             "print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_pipeline_names_every_nmpir_pass_in_order():
+    from triton_nmp.backend import pipeline
+
+    assert [p.name for p in pipeline.PASSES] == [
+        "split-pointer-selects", "ttir-to-nmpir", "dead-code-elimination", "sink-address-computations",
+        "legalize-scratchpad"]
+    for p in pipeline.PASSES:
+        assert p.name in pipeline.__doc__  # the module docstring describes each pass
+
+
+def test_verifier_runs_after_every_pass_and_names_it():
+    from triton_nmp.backend.pipeline import Pass, PassContext, run_passes
+
+    def break_ir(mod, ctx):
+        ghost = Value("ghost", Ty("i32"))
+        mod.kernel.body.ops.append(Op("arith.addi", [ghost, ghost], [Value("r", Ty("i32"))]))
+        return mod
+
+    mod = Module([Func("k", [], [], Block())])
+    with pytest.raises(NMPCompilationError, match="nmpir verifier after break-it: arith.addi: operand %ghost"):
+        run_passes(mod, PassContext(None), [Pass("break-it", break_ir)])
+
+
+def _compile_for(spec, block):
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    src = ASTSource(pk.copy_kernel, {"x_ptr": "*fp32", "y_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"},
+                    {(3,): block})
+    return triton.compile(src, target=GPUTarget("nmp", triton_nmp.target.target_arch(spec), 1))
+
+
+def test_compile_plans_for_the_target_its_options_name():
+    """The nmpir stage takes the machine from the compile target (options.arch), not the active target:
+    a 16 KiB tile fits nmp-64's scratchpad as it is, and is strip-mined for hbm-pim-like's 8 KiB."""
+    assert triton_nmp.active_target().name == "nmp-64"
+    wide = _compile_for(triton_nmp.TargetSpec.load("nmp-64"), 4096)
+    assert wide.metadata.shared >= 16384 and "strip_mined" not in wide.asm["nmpir"]
+    small = triton_nmp.TargetSpec.load("hbm-pim-like")
+    narrow = _compile_for(small, 4096)
+    assert narrow.metadata.shared <= small.spm_bytes and "strip_mined" in narrow.asm["nmpir"]
+
+
+def test_unknown_compile_target_is_refused():
+    from triton_nmp.target import spec_for_arch
+
+    with pytest.raises(triton_nmp.NMPTargetError, match="no nmp target matches the compile target's arch 'nmp-64:0'"):
+        spec_for_arch("nmp-64:0")

@@ -8,10 +8,9 @@ import triton
 
 import triton_nmp.driver.launcher as launcher_mod
 from triton_nmp import examples as ex
-from triton_nmp.backend.lower_nmpir import lower_to_nmpir
-from triton_nmp.backend.scratchpad import mark_multibuffered_loads
+from triton_nmp.backend.pipeline import PassContext, compile_ttir
 from triton_nmp.backend.trace_predict import predict_trace
-from triton_nmp.backend.ttir_import import import_ttir
+from triton_nmp.target import spec_for_arch
 
 
 def _scalars_and_spans(meta, slots):
@@ -55,8 +54,7 @@ def test_predicted_trace_equals_simulated_trace(case, monkeypatch):
     c.run(c.make_inputs(0, "small"))
     slots, grid, meta, result = seen[-1]
     k = _compiled(meta)
-    mod = lower_to_nmpir(import_ttir(k.asm["ttir"]))
-    mark_multibuffered_loads(mod.kernel, k.metadata.num_stages)
+    mod = compile_ttir(k.asm["ttir"], PassContext(spec_for_arch(k.metadata.target.arch), k.metadata.num_stages))
     scalars, spans = _scalars_and_spans(meta, slots)
     p = predict_trace(mod.kernel, scalars, spans, grid)
     assert p.exact, p.reason

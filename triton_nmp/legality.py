@@ -13,8 +13,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from triton_nmp.errors import NMPCompilationError, NMPError
-from triton_nmp.target import TargetSpec, active_target
+from triton_nmp.errors import NMPError, NMPScratchpadOverflowError
+from triton_nmp.target import TargetSpec, active_target, target_arch
 
 _TTIR_CACHE: dict[tuple, str | Exception] = {}
 _VERDICTS: dict[tuple, Verdict] = {}
@@ -104,10 +104,7 @@ def lower_config(kernel, args: dict[str, Any] | tuple | list, config: Any = None
     from triton.backends.compiler import GPUTarget
 
     from triton_nmp.backend.compiler import NMPBackend
-    from triton_nmp.backend.lower_nmpir import lower_to_nmpir
-    from triton_nmp.backend.scratchpad import legalize_with_stages, plan_scratchpad
-    from triton_nmp.backend.ttir_import import import_ttir
-    from triton_nmp.driver.driver import target_arch
+    from triton_nmp.backend.pipeline import PassContext, compile_ttir
 
     t0 = time.perf_counter()
     spec = spec or active_target()
@@ -150,24 +147,18 @@ def lower_config(kernel, args: dict[str, Any] | tuple | list, config: Any = None
         verdict = Verdict(False, f"does not compile: {lines[-1] if lines else type(ttir).__name__}", 0,
                           spec.spm_bytes, time.perf_counter() - t0)
     else:
-        try:
-            nmp = lower_to_nmpir(import_ttir(ttir))
-            try:  # buffers less deeply, then strip-mines, what can be made to fit
-                plan, _ = legalize_with_stages(nmp, spec, opts.num_stages)
-            except NMPCompilationError as e:
-                if "scratchpad overflow" not in str(e):
-                    raise
-                plan = plan_scratchpad(nmp.kernel, align=max(spec.dma_alignment_bytes, 64))
+        ctx = PassContext.from_options(opts)  # the spec is `spec`: opts.arch names it
+        try:  # the whole nmpir pipeline: it buffers less deeply, then strip-mines, what can be made to fit
+            nmp = compile_ttir(ttir, ctx)
+        except NMPScratchpadOverflowError as e:
+            reason = (f"scratchpad overflow: needs {e.required} bytes per program, "
+                      f"target '{spec.name}' has {spec.spm_bytes}")
+            verdict = Verdict(False, reason, e.required, spec.spm_bytes, time.perf_counter() - t0)
         except NMPError as e:
             verdict = Verdict(False, f"does not compile for nmp: {e}", 0, spec.spm_bytes, time.perf_counter() - t0)
         else:
-            if plan.peak_bytes > spec.spm_bytes:
-                reason = (f"scratchpad overflow: needs {plan.peak_bytes} bytes per program, "
-                          f"target '{spec.name}' has {spec.spm_bytes}")
-                verdict = Verdict(False, reason, plan.peak_bytes, spec.spm_bytes, time.perf_counter() - t0)
-            else:
-                verdict = Verdict(True, "fits", plan.peak_bytes, spec.spm_bytes, time.perf_counter() - t0)
-                _MODULES[vkey] = (nmp, opts)
+            verdict = Verdict(True, "fits", ctx.plan.peak_bytes, spec.spm_bytes, time.perf_counter() - t0)
+            _MODULES[vkey] = (nmp, opts)
     _VERDICTS[vkey] = verdict
     return verdict, *_MODULES.get(vkey, (None, None))
 

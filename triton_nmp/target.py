@@ -50,6 +50,8 @@ __all__ = [
     "available_presets",
     "canonical_dtype",
     "set_active_target",
+    "spec_for_arch",
+    "target_arch",
 ]
 
 DEFAULT_TARGET = "nmp-64"
@@ -514,3 +516,39 @@ def set_active_target(spec: TargetSpec | str | os.PathLike[str] | None) -> Targe
     with _active_lock:
         previous, _active = _active, new
     return previous
+
+
+# ------------------------------------------------------------------------- compile target <-> spec
+
+_by_arch: dict[str, TargetSpec] = {}
+
+
+def target_arch(spec: TargetSpec) -> str:
+    """The GPUTarget arch string of a spec: "<name>:<first 16 hex digits of its hash>".
+
+    The hash is part of the arch so Triton's cache keys change whenever the machine description does.
+    The spec is remembered, so a compile for this arch finds it again (`spec_for_arch`)."""
+    arch = f"{spec.name}:{spec.hash()[:16]}"
+    _by_arch[arch] = spec
+    return arch
+
+
+def spec_for_arch(arch: str) -> TargetSpec:
+    """The spec a compile target names: one seen by `target_arch` (every target the driver reports),
+    else the active target or the preset of that name if its hash matches. The compiler takes the
+    machine from its options' `arch` this way, never from the active target, so a compile for another
+    spec (the legality query's `spec=`) plans for that spec's scratchpad."""
+    spec = _by_arch.get(arch)
+    if spec is not None:
+        return spec
+    name = arch.partition(":")[0]
+    candidates = [active_target()]
+    if _PRESET_NAME.match(name) and (PRESET_DIR / f"{name}.toml").is_file():
+        candidates.append(_load_preset(name))
+    for spec in candidates:
+        if target_arch(spec) == arch:
+            return spec
+    raise NMPTargetError(
+        f"no nmp target matches the compile target's arch '{arch}' (expected '<name>:<hash>' of a loaded "
+        f"target); compile for `triton.runtime.driver.active.get_current_target()` or load the target first"
+    )

@@ -1,0 +1,125 @@
+"""The nmpir stage, pass by pass: TTIR text -> nmpir with a scratchpad plan.
+
+`PASSES` lists every pass of the stage in the order it runs; nothing else assembles them. A pass is a
+function `(module, ctx) -> module` from IR to IR. `run_passes` calls the nmpir verifier after every
+pass that produces nmpir, so a broken invariant is reported at the pass that broke it. What a pass
+needs from the compile options travels in the `PassContext` (the requested multi-buffering depth, and
+the target spec named by the options' arch, never the active target), and what the last pass
+produces (the plan, the depth that fits) comes back in it.
+
+    split-pointer-selects      TTIR: an access through tl.where(flag, a_ptr, b_ptr) -> scf.if of two accesses
+    ttir-to-nmpir              pointer + mask analysis: structured DMA, else gather/scatter; tile ops
+    dead-code-elimination      drop the pointer/offset tiles that became DMA descriptor operands
+    sink-address-computations  move a gather/scatter's address ops next to it (one fused run)
+    legalize-scratchpad        multi-buffer loop loads, plan the scratchpad, strip-mine or buffer less
+                               deeply when it does not fit, else refuse (NMPScratchpadOverflowError)
+
+`EXTRA_PASSES` are the parts of legalization on their own, for tests of one pass on IR text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .ir import Module
+from .lower_nmpir import lower_to_nmpir
+from .nmpir import eliminate_dead_code, sink_address_computations, verify
+from .pointer_select import split_pointer_selects
+from .scratchpad import ScratchpadPlan, buffer_align, legalize_with_stages, mark_multibuffered_loads, plan_scratchpad
+from .stripmine import strip_mine
+from .ttir_import import import_ttir
+
+
+@dataclass
+class PassContext:
+    """What the passes read from the compile options, and what legalization produces."""
+
+    spec: Any  # triton_nmp.target.TargetSpec: the machine compiled for
+    num_stages: int = 2  # requested multi-buffering depth of loop loads
+    plan: ScratchpadPlan | None = None  # set by legalize-scratchpad / plan-scratchpad
+    stages: int = 0  # the multi-buffering depth that fits (<= num_stages), set by legalize-scratchpad
+    chunk: int = 0  # strip-mine only: the chunk length
+
+    @classmethod
+    def from_options(cls, options: Any) -> PassContext:
+        return cls(options.target, options.num_stages)
+
+
+@dataclass(frozen=True)
+class Pass:
+    name: str
+    run: Callable[[Module, PassContext], Module]
+    on_ttir: bool = False  # a TTIR-to-TTIR rewrite: the nmpir verifier does not apply
+
+
+def _split_pointer_selects(mod: Module, ctx: PassContext) -> Module:
+    for f in mod.funcs:
+        split_pointer_selects(f)
+    return mod
+
+
+def _ttir_to_nmpir(mod: Module, ctx: PassContext) -> Module:
+    return lower_to_nmpir(mod)
+
+
+def _dead_code_elimination(mod: Module, ctx: PassContext) -> Module:
+    eliminate_dead_code(mod)
+    return mod
+
+
+def _sink_address_computations(mod: Module, ctx: PassContext) -> Module:
+    sink_address_computations(mod)
+    return mod
+
+
+def _legalize_scratchpad(mod: Module, ctx: PassContext) -> Module:
+    ctx.plan, ctx.stages = legalize_with_stages(mod, ctx.spec, ctx.num_stages)
+    return mod
+
+
+def _multi_buffer_loads(mod: Module, ctx: PassContext) -> Module:
+    mark_multibuffered_loads(mod.kernel, ctx.num_stages)
+    return mod
+
+
+def _plan_scratchpad(mod: Module, ctx: PassContext) -> Module:
+    ctx.plan = plan_scratchpad(mod.kernel, buffer_align(ctx.spec))
+    return mod
+
+
+def _strip_mine(mod: Module, ctx: PassContext) -> Module:
+    strip_mine(mod.kernel, ctx.chunk)
+    return mod
+
+
+PASSES: tuple[Pass, ...] = (
+    Pass("split-pointer-selects", _split_pointer_selects, on_ttir=True),
+    Pass("ttir-to-nmpir", _ttir_to_nmpir),
+    Pass("dead-code-elimination", _dead_code_elimination),
+    Pass("sink-address-computations", _sink_address_computations),
+    Pass("legalize-scratchpad", _legalize_scratchpad),
+)
+
+EXTRA_PASSES: tuple[Pass, ...] = (
+    Pass("multi-buffer-loads", _multi_buffer_loads),
+    Pass("plan-scratchpad", _plan_scratchpad),
+    Pass("strip-mine", _strip_mine),
+)
+
+PASSES_BY_NAME: dict[str, Pass] = {p.name: p for p in PASSES + EXTRA_PASSES}
+
+
+def run_passes(module: Module, ctx: PassContext, passes: Sequence[Pass] = PASSES) -> Module:
+    """Run `passes` in order, verifying the nmpir after each."""
+    for p in passes:
+        module = p.run(module, ctx)
+        if not p.on_ttir:
+            verify(module, p.name)
+    return module
+
+
+def compile_ttir(ttir: str, ctx: PassContext) -> Module:
+    """The nmpir stage: TTIR text -> legalized nmpir (the plan and depth are left in `ctx`)."""
+    return run_passes(import_ttir(ttir), ctx)
