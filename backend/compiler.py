@@ -192,6 +192,7 @@ class NMPBackend(BaseBackend):
     # -- stages ---------------------------------------------------------------------------------------
     @staticmethod
     def make_ttir(mod, metadata, options):
+        llvm_target.prewarm()  # an LLVM worker starts while the front end runs
         _allow_inlining(mod)
         pm = ir.pass_manager(mod.context)
         pm.enable_debug()
@@ -218,8 +219,8 @@ class NMPBackend(BaseBackend):
 
     @staticmethod
     def make_llir(src: NMPIR, metadata, options) -> str:
-        tm = llvm_target.target_machine()
-        result = generate_llvm(src.module, tm.triple, str(tm.target_data), src.plan, options.timing_variant)
+        triple, data_layout = llvm_target.target_triple_and_layout()
+        result = generate_llvm(src.module, triple, data_layout, src.plan, options.timing_variant)
         metadata["name"] = src.module.kernel.name
         metadata["nmp_entry"] = result.entry
         metadata["nmp_timing_entry"] = result.timing_entry
@@ -234,7 +235,7 @@ class NMPBackend(BaseBackend):
 
     @staticmethod
     def make_nmpbin(src: str, metadata, options) -> bytes:
-        return llvm_target.emit_object(src)
+        return llvm_target.emit_object(src, metadata.get("name", ""))
 
     def add_stages(self, stages: dict, options: object, language: Language) -> None:
         if language != Language.TRITON:

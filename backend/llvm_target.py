@@ -5,90 +5,98 @@ The simulator executes kernels natively, so the "nmp pseudo-target" is an x86-64
 portable; `TRITON_NMP_HOST_CPU=native` (or any LLVM CPU name) overrides it. The CPU and LLVM version
 are part of the backend hash, so Triton's cache never hands an object to a CPU that cannot run it.
 
-llvmlite's LLVM is built with assertions, and an LLVM assertion aborts the process. Optimisation and
-object emission therefore run in a forked worker child (about 1 ms per kernel); if the child dies, the kernel is
-optimised again without loop vectorisation, and if that dies too the user gets a compilation error
-naming the kernel instead of a dead interpreter. The child is forked once and serves every kernel.
+Contract: `optimize(ir, kernel)` and `emit_object(ir)` may be called from any number of threads at
+once; each call gets a result computed from its own input and nothing else.
+
+llvmlite's LLVM is built with assertions, and an LLVM assertion aborts the process. Verification,
+optimisation and object emission therefore run in worker processes (`llvm_worker.py`, spawned, never
+forked: see there). A pool hands each compiling thread a worker of its own, so threads compile in
+parallel (up to `TRITON_NMP_LLVM_WORKERS`, default the number of CPUs, at most 8) and never read
+each other's replies. If a worker dies, the kernel is optimised again without loop vectorisation in a
+fresh worker, and if that dies too the user gets a compilation error naming the kernel instead of a
+dead interpreter. A worker that does not answer within `TRITON_NMP_LLVM_TIMEOUT` seconds (default
+300) is killed and the kernel reported as taking too long, not as crashing.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import hashlib
 import os
 import pickle
 import select
-import signal
+import subprocess
+import sys
+import threading
 import time
 import warnings
+from collections import OrderedDict
+from collections.abc import Iterator
 
 import llvmlite.binding as llvm
 
 from triton_nmp.errors import NMPCompilationError
 
+from . import llvm_worker
+
 DEFAULT_CPU = "x86-64-v3"
-GUARD_TIMEOUT_S = 120.0
-
-
-@functools.lru_cache(None)
-def _init() -> None:
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    llvm.initialize_native_asmparser()
+DEFAULT_TIMEOUT_S = 300.0
+MAX_WORKERS = 8
+_STARTUP_TIMEOUT_S = 60.0
+_lock = threading.Lock()
 
 
 def cpu_name() -> str:
     cpu = os.environ.get("TRITON_NMP_HOST_CPU", DEFAULT_CPU)
-    return llvm.get_host_cpu_name() if cpu == "native" else cpu
+    return _host_cpu() if cpu == "native" else cpu
 
 
 @functools.lru_cache(None)
-def _target_machine(cpu: str) -> llvm.TargetMachine:
-    _init()
-    target = llvm.Target.from_default_triple()
-    features = llvm.get_host_cpu_features().flatten() if cpu == llvm.get_host_cpu_name() else ""
-    return target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="pic", codemodel="default")
+def _host_cpu() -> str:
+    with _lock:
+        return llvm.get_host_cpu_name()
 
 
-def target_machine() -> llvm.TargetMachine:
-    return _target_machine(cpu_name())
+@functools.lru_cache(None)
+def _target_strings(cpu: str) -> tuple[str, str]:
+    with _lock:  # the only LLVM object the parent builds; codegen needs its triple and data layout
+        tm = llvm_worker.target_machine(cpu)
+        return tm.triple, str(tm.target_data)
 
 
-def host_fingerprint() -> str:
-    _init()
-    text = cpu_name() + repr(llvm.llvm_version_info)
-    if cpu_name() == llvm.get_host_cpu_name():
-        text += llvm.get_host_cpu_features().flatten()
+def target_triple_and_layout() -> tuple[str, str]:
+    """(triple, data layout) of the host target machine codegen emits for."""
+    return _target_strings(cpu_name())
+
+
+@functools.lru_cache(None)
+def _fingerprint(cpu: str) -> str:
+    with _lock:
+        text = cpu + repr(llvm.llvm_version_info)
+        if cpu == llvm.get_host_cpu_name():
+            text += llvm.get_host_cpu_features().flatten()
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def _optimize_and_emit(llvm_ir: str, vectorize: bool) -> tuple[str, bytes]:
-    tm = target_machine()
-    mod = llvm.parse_assembly(llvm_ir)
-    # O1 plus loop/SLP vectorisation, without unrolling: tile loops have static trip counts; O2/O3 and
-    # unrolling cost much compile time for little simulation speed. TRITON_NMP_OPT_LEVEL overrides.
-    pto = llvm.create_pipeline_tuning_options(speed_level=int(os.environ.get("TRITON_NMP_OPT_LEVEL", "1")))
-    pto.loop_vectorization = vectorize
-    pto.slp_vectorization = vectorize
-    pto.loop_unrolling = False
-    pb = llvm.create_pass_builder(tm, pto)
-    pb.getModulePassManager().run(mod, pb)
-    return str(mod), tm.emit_object(mod)
+def host_fingerprint() -> str:
+    return _fingerprint(cpu_name())
 
 
-def _write_msg(fd: int, payload: bytes) -> None:
-    data = len(payload).to_bytes(8, "little") + payload
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
+def _timeout() -> float:
+    return float(os.environ.get("TRITON_NMP_LLVM_TIMEOUT", DEFAULT_TIMEOUT_S))
+
+
+def _max_workers() -> int:
+    n = os.environ.get("TRITON_NMP_LLVM_WORKERS")
+    return max(1, int(n)) if n else max(1, min(os.cpu_count() or 1, MAX_WORKERS))
 
 
 def _read_exact(fd: int, n: int, deadline: float) -> bytes | None:
     chunks, got = [], 0
     while got < n:
-        timeout = None if deadline == float("inf") else max(deadline - time.monotonic(), 0)
-        ready, _, _ = select.select([fd], [], [], timeout)
+        ready, _, _ = select.select([fd], [], [], max(deadline - time.monotonic(), 0))
         if not ready:
             return None
         chunk = os.read(fd, min(n - got, 1 << 20))
@@ -99,92 +107,168 @@ def _read_exact(fd: int, n: int, deadline: float) -> bytes | None:
     return b"".join(chunks)
 
 
-class _Worker:
-    """A forked child that optimises and emits modules for this process, one request at a time.
+class WorkerFailed(Exception):
+    """The worker died (LLVM crashed) or did not answer in time (`timed_out`)."""
 
-    Forking once and reusing the child costs ~1 ms per kernel instead of ~20 ms for a fork per
-    kernel. If the child dies (an LLVM assertion) or hangs, it is replaced and the request reported
-    as failed. The child exits when the parent closes its request pipe (also when the parent dies).
-    """
+    def __init__(self, timed_out: bool):
+        self.timed_out = timed_out
+
+
+class _Worker:
+    """One spawned `llvm_worker.py` process; used by one thread at a time (the pool sees to that)."""
 
     def __init__(self) -> None:
         self.owner = os.getpid()
-        req_r, self.req_w = os.pipe()
-        self.resp_r, resp_w = os.pipe()
-        self.pid = os.fork()
-        if self.pid == 0:  # child
-            os.close(self.req_w)
-            os.close(self.resp_r)
-            self._serve(req_r, resp_w)
-        os.close(req_r)
-        os.close(resp_w)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-u", llvm_worker.__file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0
+        )
+        self.req_w, self.resp_r = self.proc.stdin.fileno(), self.proc.stdout.fileno()
+        self.ready = False
 
-    @staticmethod
-    def _serve(req_r: int, resp_w: int) -> None:
-        try:
-            while True:
-                head = _read_exact(req_r, 8, float("inf"))
-                if head is None:
-                    os._exit(0)
-                body = _read_exact(req_r, int.from_bytes(head, "little"), float("inf"))
-                llvm_ir, vectorize = pickle.loads(body)
-                _write_msg(resp_w, pickle.dumps(_optimize_and_emit(llvm_ir, vectorize)))
-        except BaseException:
-            os._exit(1)
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
 
-    def request(self, llvm_ir: str, vectorize: bool) -> tuple[str, bytes] | None:
-        deadline = time.monotonic() + GUARD_TIMEOUT_S
-        try:
-            _write_msg(self.req_w, pickle.dumps((llvm_ir, vectorize)))
-            head = _read_exact(self.resp_r, 8, deadline)
-            body = None if head is None else _read_exact(self.resp_r, int.from_bytes(head, "little"), deadline)
-        except OSError:
-            body = None
+    def _reply(self, deadline: float) -> tuple:
+        head = _read_exact(self.resp_r, 8, deadline)
+        body = None if head is None else _read_exact(self.resp_r, int.from_bytes(head, "little"), deadline)
         if body is None:
+            timed_out = time.monotonic() >= deadline and self.alive
             self.close(kill=True)
-            return None
+            raise WorkerFailed(timed_out)
         return pickle.loads(body)
 
-    def close(self, kill: bool = False) -> None:
-        for fd in (self.req_w, self.resp_r):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+    def request(self, request: tuple, timeout: float) -> tuple:
+        """Send one request, wait for its reply; WorkerFailed (and the worker is gone) if it died or hung."""
+        if not self.ready:  # the first reply is the worker's "ready", sent once LLVM is initialised
+            self._reply(time.monotonic() + _STARTUP_TIMEOUT_S)
+            self.ready = True
         try:
+            llvm_worker.write_msg(self.req_w, pickle.dumps(request))
+        except OSError:
+            self.close(kill=True)
+            raise WorkerFailed(False) from None
+        return self._reply(time.monotonic() + timeout)
+
+    def close(self, kill: bool = False) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        with contextlib.suppress(OSError):
             if kill:
-                os.kill(self.pid, signal.SIGKILL)
-            os.waitpid(self.pid, 0)
-        except (OSError, ChildProcessError):
-            pass
-        self.pid = -1
+                proc.kill()
+            proc.stdin.close()
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
+        with contextlib.suppress(OSError):
+            proc.stdout.close()
 
 
-_worker: _Worker | None = None
+class _WorkerPool:
+    """Idle workers and a cap on how many exist; `take()` lends one to the calling thread."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._idle: list[_Worker] = []
+        self._count = 0
+        self.spawned = 0  # workers started by this pool (tests and diagnostics)
+
+    @contextlib.contextmanager
+    def take(self) -> Iterator[_Worker]:
+        worker = None
+        with self._cond:
+            while not self._idle and self._count >= _max_workers():
+                self._cond.wait()
+            if self._idle:
+                worker = self._idle.pop()
+            else:
+                self._count += 1
+        try:
+            if worker is None:
+                worker = _Worker()
+                self.spawned += 1
+            yield worker
+        except BaseException:
+            if worker is not None:  # interrupted mid-request (Ctrl-C): its reply would confuse the next user
+                worker.close(kill=True)
+            raise
+        finally:
+            with self._cond:
+                if worker is not None and worker.alive and worker.owner == os.getpid():
+                    self._idle.append(worker)
+                else:
+                    self._count -= 1
+                self._cond.notify()
+
+    def prewarm(self) -> None:
+        """Start a worker now if none exists, so its start overlaps the front end's work."""
+        with self._cond:
+            if self._idle or self._count:
+                return
+            self._count += 1
+        try:
+            worker = _Worker()
+            self.spawned += 1
+        except BaseException:
+            with self._cond:
+                self._count -= 1
+                self._cond.notify()
+            raise
+        with self._cond:
+            self._idle.append(worker)
+            self._cond.notify()
+
+    def close(self) -> None:
+        with self._cond:
+            idle, self._idle = self._idle, []
+            self._count -= len(idle)
+        for w in idle:
+            if w.owner == os.getpid():
+                w.close()
 
 
-def _stop_worker() -> None:
-    global _worker
-    if _worker is not None and _worker.owner == os.getpid() and _worker.pid > 0:
-        _worker.close()
-    _worker = None
+_pool = _WorkerPool()
 
 
-atexit.register(_stop_worker)
+def _after_fork_in_child() -> None:
+    """A forked child never talks to its parent's workers: it starts a pool of its own."""
+    global _pool
+    for w in _pool._idle:
+        with contextlib.suppress(OSError):
+            w.proc.stdin.close()
+            w.proc.stdout.close()
+    _pool = _WorkerPool()
 
 
-def _guarded(llvm_ir: str, vectorize: bool) -> tuple[str, bytes] | None:
-    """Run `_optimize_and_emit` in the worker child; None if it crashed or hung (the worker is replaced)."""
-    global _worker
-    if _worker is None or _worker.owner != os.getpid() or _worker.pid <= 0:
-        _worker = _Worker()  # also after a fork of this process: never share a worker's pipes
-    result = _worker.request(llvm_ir, vectorize)
-    if result is None:
-        _worker = None
-    return result
+os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(lambda: _pool.close())
 
 
-_objects: dict[str, bytes] = {}
+def prewarm() -> None:
+    """Start an LLVM worker in the background (no-op when one exists or the guard is off)."""
+    if os.environ.get("TRITON_NMP_LLVM_GUARD", "1") != "0":
+        _pool.prewarm()
+
+
+def _run(request: tuple, kernel: str) -> tuple[str, bytes]:
+    """Run a request in a pooled worker (or in process with TRITON_NMP_LLVM_GUARD=0)."""
+    if os.environ.get("TRITON_NMP_LLVM_GUARD", "1") == "0":
+        with _lock:  # in process: LLVM calls share the process, one at a time
+            reply = llvm_worker.handle(request)
+    else:
+        with _pool.take() as worker:
+            reply = worker.request(request, _timeout())
+    if reply[0] == "error":
+        raise NMPCompilationError(f"generated LLVM IR does not verify (a compiler bug): {reply[1]}", kernel=kernel)
+    return reply[1], reply[2]
+
+
+_MAX_KEPT_OBJECTS = 64
+_objects: OrderedDict[str, bytes] = OrderedDict()  # optimised IR hash -> object, for emit_object
+
+
+def _ir_key(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def optimize(llvm_ir: str, kernel: str) -> str:
@@ -192,32 +276,39 @@ def optimize(llvm_ir: str, kernel: str) -> str:
 
     The object code is emitted at the same time and kept for `emit_object` of the same text.
     """
-    _init()
+    cpu, opt = cpu_name(), int(os.environ.get("TRITON_NMP_OPT_LEVEL", "1"))
     try:
-        mod = llvm.parse_assembly(llvm_ir)
-        mod.verify()
-    except RuntimeError as e:
-        raise NMPCompilationError(f"generated LLVM IR does not verify (a compiler bug): {e}", kernel=kernel) from e
-    if os.environ.get("TRITON_NMP_LLVM_GUARD", "1") == "0":
-        text, obj = _optimize_and_emit(llvm_ir, True)
-    else:
-        result = _guarded(llvm_ir, True)
-        if result is None:
-            warnings.warn(f"LLVM crashed while vectorising kernel '{kernel}' (an LLVM bug); "
-                          f"compiling it without loop vectorisation", stacklevel=2)
-            result = _guarded(llvm_ir, False)
-        if result is None:
+        text, obj = _run(("optimize", llvm_ir, cpu, opt, True), kernel)
+    except WorkerFailed as first:
+        what = (f"LLVM did not finish optimising kernel '{kernel}' within {_timeout():.0f} s" if first.timed_out
+                else f"LLVM crashed while vectorising kernel '{kernel}' (an LLVM bug)")
+        warnings.warn(f"{what}; compiling it without loop vectorisation", stacklevel=2)
+        try:
+            text, obj = _run(("optimize", llvm_ir, cpu, opt, False), kernel)
+        except WorkerFailed as second:
+            if second.timed_out:
+                raise NMPCompilationError(
+                    f"LLVM did not finish optimising this kernel within {_timeout():.0f} s", kernel=kernel,
+                    hint="raise TRITON_NMP_LLVM_TIMEOUT (seconds) if the machine is very busy, or use smaller tiles",
+                ) from None
             raise NMPCompilationError("LLVM crashed while optimising this kernel (an LLVM bug)", kernel=kernel,
-                                      hint="set TRITON_NMP_HOST_CPU to another CPU level, e.g. x86-64-v2")
-        text, obj = result
-    _objects[hashlib.sha256(text.encode()).hexdigest()] = obj
+                                      hint="set TRITON_NMP_HOST_CPU to another CPU level, e.g. x86-64-v2") from None
+    with _lock:
+        _objects[_ir_key(text)] = obj
+        while len(_objects) > _MAX_KEPT_OBJECTS:
+            _objects.popitem(last=False)
     return text
 
 
-def emit_object(llvm_ir: str) -> bytes:
+def emit_object(llvm_ir: str, kernel: str = "") -> bytes:
     """The object file for optimised IR text (emitted by `optimize`, or now for other text)."""
-    obj = _objects.pop(hashlib.sha256(llvm_ir.encode()).hexdigest(), None)
+    with _lock:
+        obj = _objects.pop(_ir_key(llvm_ir), None)
     if obj is not None:
         return obj
-    tm = target_machine()
-    return tm.emit_object(llvm.parse_assembly(llvm_ir))
+    try:
+        return _run(("emit", llvm_ir, cpu_name()), kernel)[1]
+    except WorkerFailed:
+        raise NMPCompilationError("LLVM crashed while emitting the object of this kernel (an LLVM bug)",
+                                  kernel=kernel) from None
+

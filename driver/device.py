@@ -22,7 +22,8 @@ the model, which makes repeated launches cheap, also when outputs are freshly al
 `clear_cache()` before each timed call. A launch is *replayed* - not executed, the clock advanced by
 the memoised time - only when all of these hold:
 
-1. it is the i-th launch since the most recent `clear_cache()`,
+1. it is the i-th launch since the most recent `clear_cache()` called by the same thread (each thread
+   has its own segments, so launches from other threads never make one replay),
 2. the i-th launch after the `clear_cache()` before that was the identical launch (same compiled
    kernel, grid, argument values and data_ptrs, placements, target), and so was every earlier launch
    of the two segments (the benchmarked function repeats launch for launch),
@@ -52,7 +53,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
@@ -187,6 +188,16 @@ class MemoEntry:
     runs: int = 1
 
 
+@dataclass(slots=True)
+class _Segment:
+    """One thread's launch keys since its last clear_cache(), and those of the segment before."""
+
+    generation: int  # SimClock._generation when made: clear_memo() retires every thread's segments
+    prev: list[Hashable] | None = None
+    keys: list[Hashable] = field(default_factory=list)
+    matches: bool = False
+
+
 @dataclass
 class ClockStats:
     """Where launches went: counts for tests, benchmarks and the profiler's summary."""
@@ -239,10 +250,9 @@ class SimClock:
         self._memo: OrderedDict[Hashable, MemoEntry] = OrderedDict()
         self._memo_bytes = 0
         self._subscribers: list[Callable[[ResolvedLaunch], None]] = []
-        # clear_cache segments (benchmark replay): keys launched since the last and the previous clear
-        self._prev_segment: list[Hashable] | None = None
-        self._segment: list[Hashable] = []
-        self._segment_matches = False
+        # clear_cache segments (benchmark replay), per thread: a benchmark loop is one thread's launches
+        self._segments = threading.local()
+        self._generation = 0
         self.stats = ClockStats()
 
     # -- reading ---------------------------------------------------------------------------------
@@ -285,8 +295,9 @@ class SimClock:
     # -- launches --------------------------------------------------------------------------------
 
     def next_seq(self) -> int:
-        self._seq += 1
-        return self._seq
+        with self._lock:
+            self._seq += 1
+            return self._seq
 
     def submit(self, launch_key: Hashable, launch: PendingLaunch) -> None:
         """Queue an executed launch (`launch.key` is its timing key); resolve the queue when it passes
@@ -305,10 +316,11 @@ class SimClock:
         See the module docstring for the three conditions; this is the launcher's hot path, so the
         cheap segment test comes first and the queue is resolved only for a candidate.
         """
-        prev = self._prev_segment
-        if prev is None or not self._segment_matches:
+        seg = self._thread_segment()
+        prev = seg.prev
+        if prev is None or not seg.matches:
             return None
-        i = len(self._segment)
+        i = len(seg.keys)
         if i >= len(prev) or prev[i] != launch_key:
             return None
         with self._lock:
@@ -327,23 +339,29 @@ class SimClock:
             self._now_ps += entry.ps
 
     def note_clear_cache(self) -> None:
-        """A benchmark loop's cache flush: start a new replay segment (see the module docstring)."""
-        with self._lock:
-            self._prev_segment = self._segment
-            self._segment = []
-            self._segment_matches = True
+        """A benchmark loop's cache flush: start a new replay segment (see the module docstring) for the
+        calling thread; launches from other threads never take part in it."""
+        seg = self._thread_segment()
+        seg.prev, seg.keys, seg.matches = seg.keys, [], True
+
+    def _thread_segment(self) -> _Segment:
+        seg = getattr(self._segments, "seg", None)
+        if seg is None or seg.generation != self._generation:
+            seg = self._segments.seg = _Segment(self._generation)
+        return seg
 
     def _note_launch(self, key: Hashable) -> None:
-        seg = self._segment
-        i = len(seg)
+        seg = self._thread_segment()
+        keys = seg.keys
+        i = len(keys)
         if i >= MAX_SEGMENT:
-            self._segment_matches = False
+            seg.matches = False
             return
-        if self._segment_matches:
-            prev = self._prev_segment
+        if seg.matches:
+            prev = seg.prev
             if prev is None or i >= len(prev) or prev[i] != key:
-                self._segment_matches = False
-        seg.append(key)
+                seg.matches = False
+        keys.append(key)
 
     # -- resolution ------------------------------------------------------------------------------
 
@@ -413,9 +431,7 @@ class SimClock:
                 self._flush()
             self._memo.clear()
             self._memo_bytes = 0
-            self._prev_segment = None
-            self._segment = []
-            self._segment_matches = False
+            self._generation += 1  # every thread's replay segments start afresh
 
 
 clock = SimClock()

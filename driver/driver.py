@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from typing import Any
 
 from triton.backends.compiler import GPUTarget
@@ -91,6 +92,7 @@ class NMPUtils:
 
 
 _DEVICE_IDS: dict[str, int] = {}
+_DEVICE_IDS_LOCK = threading.Lock()
 
 
 class NMPDriver(DriverBase):
@@ -145,7 +147,8 @@ class NMPDriver(DriverBase):
         arch = self.get_current_target().arch
         idx = _DEVICE_IDS.get(arch)
         if idx is None:
-            idx = _DEVICE_IDS[arch] = len(_DEVICE_IDS)
+            with _DEVICE_IDS_LOCK:
+                idx = _DEVICE_IDS.setdefault(arch, len(_DEVICE_IDS))
         return idx
 
     def set_current_device(self, device: Any) -> None:

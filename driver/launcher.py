@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import struct
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import index as _index
@@ -464,6 +465,7 @@ class _PlacementCache:
     """
 
     def __init__(self) -> None:
+        self._lock = threading.Lock()  # launches from several threads share the cache
         self._module: Any = None  # None: not looked up yet; False: not installed
         self._generation: Any = None
         self._stamp: Any = None
@@ -495,16 +497,18 @@ class _PlacementCache:
             mod = self._load()
         if mod is False or not ptr or not nbytes:
             return None, None, None
-        cache = self._cache
-        if stamp is None or stamp != self._stamp or len(cache) > 4096:
-            cache.clear()
-            self._stamp = stamp
-        hit = cache.get((ptr, nbytes))
+        with self._lock:
+            cache = self._cache
+            if stamp is None or stamp != self._stamp or len(cache) > 4096:
+                cache.clear()
+                self._stamp = stamp
+            hit = cache.get((ptr, nbytes))
         if hit is None:
             placement = mod.placement_of(ptr, nbytes)
             hit = (placement, _placement_key(placement), getattr(placement, "origin", None))
-            if stamp is not None:
-                cache[(ptr, nbytes)] = hit
+            with self._lock:
+                if stamp is not None and stamp == self._stamp:  # still the registry it was read under
+                    cache[(ptr, nbytes)] = hit
         return hit
 
 

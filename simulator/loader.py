@@ -5,11 +5,18 @@ loaded with MCJIT (`add_object_file`), so a cached binary runs without re-optimi
 object is handed to LLVM we check it ourselves: RuntimeDyld silently resolves an unknown external
 symbol to address 0 and a call through it kills the process, and it does not validate foreign or
 truncated files either. Both become an `NMPLoadError` here instead.
+
+Thread safety: loading, symbol lookup and unloading hold one lock. Triton lets two threads initialise
+the same compiled kernel at once (`CompiledKernel._init_handles` is not locked), and two compiled
+kernels can share a binary; so an object already loaded under the same name is handed out again with a
+reference count, and `close()` frees the code only when its last holder lets go. No thread can
+find the code it is about to call freed by another's load.
 """
 
 from __future__ import annotations
 
 import ctypes.util
+import hashlib
 import platform
 import struct
 import threading
@@ -128,6 +135,8 @@ _initialized = False
 # Loaded objects by the function address `load_binary` handed to Triton, so the launcher can get
 # from `CompiledKernel.function` back to the object and resolve metadata["nmp_entry"] in it.
 _by_address: weakref.WeakValueDictionary[int, LoadedObject] = weakref.WeakValueDictionary()
+# Live objects by (name, content hash): a second load of the same binary shares the first.
+_by_content: weakref.WeakValueDictionary[tuple[str, str], LoadedObject] = weakref.WeakValueDictionary()
 
 
 def _initialize() -> None:
@@ -155,6 +164,7 @@ class LoadedObject:
     symbols: ElfSymbols
     engine: llvm.ExecutionEngine | None = field(repr=False)
     key_address: int = 0  # the address reported to Triton as `function`
+    refs: int = 1  # load_object calls not yet matched by close()
 
     @property
     def closed(self) -> bool:
@@ -162,9 +172,10 @@ class LoadedObject:
 
     def address(self, symbol: str) -> int:
         """Address of a defined symbol; NMPLoadError (listing what is defined) if it is absent."""
-        if self.engine is None:
-            raise NMPLoadError(f"the object of kernel '{self.name}' was unloaded")
-        addr = self.engine.get_function_address(symbol) if symbol in self.symbols.defined else 0
+        with _lock:
+            if self.engine is None:
+                raise NMPLoadError(f"the object of kernel '{self.name}' was unloaded")
+            addr = self.engine.get_function_address(symbol) if symbol in self.symbols.defined else 0
         if not addr:
             raise NMPLoadError(
                 f"entry symbol '{symbol}' is not defined in the object of kernel '{self.name}' "
@@ -173,9 +184,12 @@ class LoadedObject:
         return addr
 
     def close(self) -> None:
-        """Free the code. Calling an address obtained from this object afterwards is undefined."""
+        """Release one load; the last release frees the code (calling into it afterwards is undefined)."""
         with _lock:
             if self.engine is None:
+                return
+            self.refs -= 1
+            if self.refs > 0:
                 return
             if _by_address.get(self.key_address) is self:
                 del _by_address[self.key_address]
@@ -191,7 +205,12 @@ def load_object(data: bytes, name: str = "") -> LoadedObject:
     """
     data = bytes(data)
     syms = elf_symbols(data)
+    content_key = (name, hashlib.sha256(data).hexdigest())
     with _lock:
+        shared = _by_content.get(content_key)
+        if shared is not None and shared.engine is not None:
+            shared.refs += 1
+            return shared
         _initialize()
         tm = llvm.Target.from_default_triple().create_target_machine()
         engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
@@ -214,6 +233,7 @@ def load_object(data: bytes, name: str = "") -> LoadedObject:
         if key_sym is not None:
             obj.key_address = engine.get_function_address(key_sym)
             _by_address[obj.key_address] = obj
+        _by_content[content_key] = obj
     return obj
 
 

@@ -276,7 +276,7 @@ def test_entry_resolved_from_metadata_not_kernel_name(pid_kernel: Kernel) -> Non
 
 
 def test_runtime_run_grid_directly() -> None:
-    obj = loader.load_object(emit(PID_IR), "pid_kernel")
+    obj = loader.load_object(emit(PID_IR), "pid_kernel_direct")  # its own name: not shared with other tests' loads
     try:
         fn = runtime.entry_function(obj.address("pid_entry"))
         out = torch.zeros(5, dtype=torch.int32)
@@ -493,8 +493,13 @@ def test_missing_entry_symbol() -> None:
 
 
 def test_launch_after_unload_raises() -> None:
-    k = Kernel(PID_IR, PID_SRC, PID_META)
+    meta = PID_META._replace(name="pid_kernel_unload")  # a name of its own: no other test holds this object
+    k = Kernel(PID_IR, PID_SRC, meta)
+    twin = Kernel(PID_IR, PID_SRC, meta)  # the same binary loaded twice (two CompiledKernels) shares the code
+    assert twin.module is k.module and k.module.refs == 2
     out = torch.zeros(1, dtype=torch.int32)
+    k[(1, 1, 1)](out, 1)
+    NMPUtils().unload_module(twin.module)  # one holder lets go: the other still runs
     k[(1, 1, 1)](out, 1)
     NMPUtils().unload_module(k.module)
     with pytest.raises(loader.NMPLoadError, match="unloaded"):
@@ -673,7 +678,7 @@ def test_backend_shim_exposes_one_concrete_driver() -> None:
 
 def test_load_binary_contract() -> None:
     utils = NMPUtils()
-    module, function, n_regs, n_spills, n_max_threads = utils.load_binary("pid_kernel", emit(PID_IR), 0, 0)
+    module, function, n_regs, n_spills, n_max_threads = utils.load_binary("pid_kernel_contract", emit(PID_IR), 0, 0)
     assert (n_regs, n_spills) == (1, 0) and n_max_threads >= 1 << 20  # n_regs > 0: portable code divides by it
     assert loader.object_for_address(function) is module
     utils.unload_module(module)
@@ -720,7 +725,7 @@ def test_unload_inside_load_does_not_deadlock() -> None:
     holds the loader lock) unloads another object on the same thread: that must not block."""
     import threading
 
-    first = loader.load_object(emit(PID_IR), "pid_kernel")
+    first = loader.load_object(emit(PID_IR), "pid_kernel_reenter")
     done = threading.Event()
 
     def reenter() -> None:
