@@ -189,3 +189,87 @@ def test_cli_uses_the_environment_cache_by_default(tmp_path, capsys, monkeypatch
     TuningCache().store(make_entry(64))
     assert _cli("ls") == 0
     assert f"tuning cache {tmp_path}: 1 entry" in capsys.readouterr().out
+
+
+# -------------------------------------------------------------------------------- temp files of killed writers
+
+
+def _leave_temp(directory, name: str, age_s: float):
+    """A temp file as a writer killed mid-write leaves it, last written `age_s` seconds ago."""
+    import os
+    import time
+
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
+    path.write_text('{"format": "triton-nmp-tuning-cache", "candid')
+    t = time.time() - age_s
+    os.utime(path, (t, t))
+    return path
+
+
+def test_store_collects_stale_temp_files_but_never_fresh_ones(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_NMP_TUNING_TMP_AGE", "600")
+    cache = TuningCache(tmp_path)
+    own_dir = cache.kernel_dir(make_key(1))
+    other_dir = cache.kernel_dir(make_key(1, kernel="other"))
+    stale = [_leave_temp(own_dir, ".aaaa.x1.tmp", 3600), _leave_temp(other_dir, ".bbbb.x2.tmp", 601)]
+    fresh = [_leave_temp(own_dir, ".cccc.x3.tmp", 5), _leave_temp(other_dir, ".dddd.x4.tmp", 599)]
+    assert {t.path for t in cache.stale_temp_files()} == set(stale)
+    cache.store(make_entry(1))
+    assert not any(p.exists() for p in stale)  # in the stored entry's folder and in every other one
+    assert all(p.exists() for p in fresh)  # may belong to a live writer
+    assert cache.stale_temp_files() == []
+    assert cache.lookup(make_key(1)) is not None
+
+
+def test_cache_ls_reports_stale_temp_files(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("TRITON_NMP_TUNING_TMP_AGE", "60")
+    cache = TuningCache(tmp_path)
+    cache.store(make_entry(7))
+    _leave_temp(cache.kernel_dir(make_key(7)), ".eeee.x5.tmp", 120)
+    capsys.readouterr()
+    assert _cli("--dir", str(tmp_path), "ls") == 0
+    out = capsys.readouterr().out
+    assert ("1 stale temporary file (0.0 MB) left by killed writers, older than 60 s: "
+            "the next store collects them") in out
+
+
+def test_bad_temp_age_setting_is_named(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_NMP_TUNING_TMP_AGE", "soon")
+    with pytest.raises(ValueError, match="TRITON_NMP_TUNING_TMP_AGE='soon' is not a number of seconds"):
+        TuningCache(tmp_path).store(make_entry(3))
+
+
+def _killed_writer(directory: str) -> None:
+    """Store entries forever; the parent SIGKILLs this process mid-write."""
+    cache = TuningCache(directory)
+    i = 0
+    while True:
+        cache.store(make_entry(100 + i % 50, blocks=tuple(range(16, 16 + 64)), winner_block=16))
+        i += 1
+
+
+def test_writers_killed_mid_write_leave_nothing_after_the_age_limit(tmp_path, monkeypatch):
+    import os
+    import signal
+    import time
+
+    ctx = multiprocessing.get_context("spawn")
+    p = ctx.Process(target=_killed_writer, args=(str(tmp_path),))
+    p.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not list(tmp_path.glob("*/.*.tmp")) and time.monotonic() < deadline:
+            pass  # catch the writer between creating its temp file and renaming it
+        os.kill(p.pid, signal.SIGKILL)
+    finally:
+        p.kill()
+        p.join()
+    left = list(tmp_path.glob("*/.*.tmp"))
+    assert left, "the writer was never caught mid-write"
+    time.sleep(0.05)
+    monkeypatch.setenv("TRITON_NMP_TUNING_TMP_AGE", "0.01")
+    cache = TuningCache(tmp_path)
+    cache.store(make_entry(1))
+    assert list(tmp_path.glob("*/.*.tmp")) == []
+    assert all(e.key.kernel == "k" for e in cache.entries())  # every entry readable: nothing half-written

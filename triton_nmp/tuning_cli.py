@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from triton_nmp.errors import NMPError
-from triton_nmp.tuning.cache import Entry, TuningCache
+from triton_nmp.tuning.cache import Entry, TuningCache, stale_temp_age
 from triton_nmp.tuning.configs import config_label
 from triton_nmp.tuning.export import export_table
 
@@ -75,6 +75,12 @@ def _table(rows: list[list[str]]) -> str:
 def _ls(cache: TuningCache) -> int:
     entries = list(cache.entries())
     print(f"tuning cache {cache.directory}: {len(entries)} entr{'y' if len(entries) == 1 else 'ies'}")
+    stale = cache.stale_temp_files()
+    if stale:
+        size = sum(t.size for t in stale)
+        print(f"{len(stale)} stale temporary file{'s' if len(stale) != 1 else ''} ({size / 1e6:.1f} MB) left by "
+              f"killed writers, older than {stale_temp_age():.0f} s: the next store collects them "
+              f"(or `triton-nmp cache clear`)")
     if not entries:
         return 0
     rows = [["ID", "KERNEL", "KEY", "PLACEMENTS", "TARGET", "BEST CONFIG", "TIME", "MEASURED/PREDICTED"]]

@@ -10,6 +10,13 @@ readers never see a partial file and need no lock. Files are JSON, never pickle:
 shared between users must not be able to run code. A corrupt or foreign file is ignored with a
 warning and replaced by the next write.
 
+A writer killed mid-write leaves its temp file (`.<id>.<random>.tmp`) behind. `store()` collects
+them: in the directory it holds the lock of, and (at most once a minute per process) in every other
+kernel directory, each temp file older than `TRITON_NMP_TUNING_TMP_AGE` seconds (default 600) is
+deleted. A live writer holds its directory's lock while its temp file exists and writes it in well
+under the age limit, so no file being written is ever collected. `stale_temp_files()` lists them
+(`triton-nmp cache ls` reports them).
+
 Each entry keeps every candidate (config, simulated or only predicted, both times) and the winner,
 which is the data `costmodel.calibrate` needs and what `export_table` turns into rows.
 """
@@ -37,10 +44,13 @@ except ImportError:  # pragma: no cover - not POSIX: atomic replace still keeps 
 
 from .context import user_stacklevel
 
-__all__ = ["ENV_VAR", "FORMAT", "SCHEMA", "Candidate", "Entry", "EntryKey", "TuningCache", "TuningCacheWarning",
-           "default_cache_dir"]
+__all__ = ["ENV_VAR", "FORMAT", "SCHEMA", "Candidate", "Entry", "EntryKey", "TempFile", "TuningCache",
+           "TuningCacheWarning", "default_cache_dir", "stale_temp_age"]
 
 ENV_VAR = "TRITON_NMP_TUNING_CACHE"
+TMP_AGE_ENV_VAR = "TRITON_NMP_TUNING_TMP_AGE"
+DEFAULT_TMP_AGE_S = 600.0
+_SWEEP_INTERVAL_S = 60.0
 FORMAT = "triton-nmp-tuning-cache"
 SCHEMA = 1
 _LOCK_NAME = ".lock"
@@ -61,6 +71,38 @@ def default_cache_dir() -> Path:
         xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         root = os.path.join(xdg, "triton-nmp")
     return Path(root).expanduser() / "tuning"
+
+
+def stale_temp_age() -> float:
+    """Seconds after which a writer's temp file counts as left behind by a killed writer."""
+    raw = os.environ.get(TMP_AGE_ENV_VAR)
+    if raw is None:
+        return DEFAULT_TMP_AGE_S
+    try:
+        age = float(raw)
+    except ValueError:
+        raise ValueError(f"{TMP_AGE_ENV_VAR}={raw!r} is not a number of seconds") from None
+    if not age >= 0:
+        raise ValueError(f"{TMP_AGE_ENV_VAR}={raw!r} must be a non-negative number of seconds")
+    return age
+
+
+@dataclass(frozen=True)
+class TempFile:
+    """A writer's temp file in the cache (see the module docstring)."""
+
+    path: Path
+    size: int
+    age_seconds: float
+
+
+def _temp_files(directory: Path, now: float) -> list[TempFile]:
+    found = []
+    for p in directory.glob(".*.tmp"):
+        with contextlib.suppress(FileNotFoundError):
+            st = p.stat()
+            found.append(TempFile(p, st.st_size, max(0.0, now - st.st_mtime)))
+    return found
 
 
 def _canonical(obj: Any) -> str:
@@ -199,6 +241,7 @@ class TuningCache:
     def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
         self._directory = Path(directory).expanduser() if directory is not None else None
         self._memo: dict[Path, tuple[tuple[int, int, int], Entry | None]] = {}
+        self._last_sweep = -math.inf  # time.monotonic() of the last sweep of every kernel directory
 
     @property
     def directory(self) -> Path:
@@ -278,6 +321,7 @@ class TuningCache:
                 current = self._read(path)
             if current is not None and current.key == entry.key:
                 entry = entry.merged_with(current)
+            self._collect(path.parent)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem[:12]}.", suffix=".tmp")
             try:
                 with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -288,7 +332,31 @@ class TuningCache:
                     os.unlink(tmp)
                 raise
         self._memo.pop(path, None)
+        if time.monotonic() - self._last_sweep >= _SWEEP_INTERVAL_S:
+            self._last_sweep = time.monotonic()
+            for sub in self._kernel_dirs():
+                if sub != path.parent:
+                    self._collect(sub)
         return path
+
+    def _kernel_dirs(self) -> list[Path]:
+        root = self.directory
+        return sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+
+    def stale_temp_files(self) -> list[TempFile]:
+        """Temp files older than the age limit, in every kernel directory (what `store` would collect)."""
+        now, age = time.time(), stale_temp_age()
+        return [t for d in self._kernel_dirs() for t in _temp_files(d, now) if t.age_seconds >= age]
+
+    def _collect(self, directory: Path) -> int:
+        """Delete the temp files in `directory` older than the age limit; returns how many."""
+        now, age, removed = time.time(), stale_temp_age(), 0
+        for t in _temp_files(directory, now):
+            if t.age_seconds >= age:
+                with contextlib.suppress(FileNotFoundError):
+                    t.path.unlink()
+                    removed += 1
+        return removed
 
     def remove(self, entry: Entry) -> bool:
         path = self.path_for(entry.key)
