@@ -41,6 +41,7 @@ from triton_nmp.abi import (
     dtype_code,
 )
 from triton_nmp.errors import NMPCompilationError
+from triton_nmp.opclass import classify, region_class
 
 from .codegen_language import LanguageCodegen, _row_major
 from .codegen_scalar import (
@@ -58,6 +59,7 @@ from .codegen_scalar import (
     to_storage,
 )
 from .ir import Func, Module, Op, Ty, Value
+from .loop_cost import run_accesses, use_counts
 from .nmpir import FUSABLE_MEMORY_OPS, fused_run_length
 from .scratchpad import ScratchpadPlan
 from .timing_only import timing_only_eligible
@@ -469,14 +471,11 @@ class KernelCodegen(LanguageCodegen):
 
     def _users(self) -> dict[int, int]:
         if self._use_counts is None:
-            counts: dict[int, int] = {}
-            for op in self.func.walk():
-                for o in op.operands:
-                    counts[id(o)] = counts.get(id(o), 0) + 1
-            self._use_counts = counts
+            self._use_counts = use_counts(self.func)
         return self._use_counts
 
     def emit_fused(self, run: list[Op]) -> None:
+        accesses = run_accesses(run, self._users())  # charged once, on the run's first vector-op record
         inside: dict[int, int] = {}
         for op in run:
             for o in op.operands:
@@ -524,7 +523,8 @@ class KernelCodegen(LanguageCodegen):
             if op.name == "nmp.vec":
                 r = op.results[0]
                 self.count("vec_elems", _i64(r.type.numel))
-                self.trace(KIND_VEC, [r.type.numel, 0, dtype_code(r.type.elem)])
+                self.trace(KIND_VEC, [r.type.numel, 0, dtype_code(r.type.elem), classify(op), accesses])
+                accesses = 0
         if mem is not None:
             parts[2]()
 
@@ -650,7 +650,8 @@ class KernelCodegen(LanguageCodegen):
         if not self.timing_only:
             self.loop(r.type.numel, body)
         self.count("vec_elems", _i64(r.type.numel))
-        self.trace(KIND_VEC, [r.type.numel, 0, dtype_code(r.type.elem)])
+        self.trace(KIND_VEC, [r.type.numel, 0, dtype_code(r.type.elem), classify(op),
+                            run_accesses([op], self._users())])
 
     def op_nmp_matmul(self, op: Op) -> None:
         a, bm, acc = op.operands
@@ -709,7 +710,8 @@ class KernelCodegen(LanguageCodegen):
                 if not res.type.is_tensor:
                     self.vals[id(res)] = _const(res.type, 0)
             self.count("vec_elems", _i64(_prod(shape)))
-            self.trace(KIND_VEC, [_prod(shape), 1, dtype_code(inputs[0].type.elem)])
+            self.trace(KIND_VEC, [_prod(shape), 1, dtype_code(inputs[0].type.elem), region_class(region),
+                                len(inputs)])
             return
 
         def at(o, k):
@@ -754,7 +756,8 @@ class KernelCodegen(LanguageCodegen):
         else:
             self.loop(outer, lambda o: self.loop(inner, lambda i: per_position(o, i)))
         self.count("vec_elems", _i64(_prod(shape)))
-        self.trace(KIND_VEC, [_prod(shape), 1, dtype_code(inputs[0].type.elem)])
+        self.trace(KIND_VEC, [_prod(shape), 1, dtype_code(inputs[0].type.elem), region_class(region),
+                            len(inputs)])
 
     def op_scf_for(self, op: Op) -> None:
         lb, ub, step = (self.scalar(o) for o in op.operands[:3])

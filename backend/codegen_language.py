@@ -18,6 +18,7 @@ from triton_nmp.abi import (
     STATUS_OUT_OF_BOUNDS,
     dtype_code,
 )
+from triton_nmp.opclass import OP_ALU, region_class
 
 from .codegen_scalar import I1, I32, I64, storage_type
 from .ir import Op, Value
@@ -62,10 +63,11 @@ class LanguageCodegen:
         """True while emitting the timing-only variant (no tile data is computed)."""
         return bool(getattr(self, "timing_only", False))
 
-    def _charge(self, n: int, elem: str, reduce_like: bool = False) -> None:
-        """Account n elements of vector-unit work (counter and trace record), like the core's tile ops."""
+    def _charge(self, n: int, elem: str, reduce_like: bool = False, cls: int = OP_ALU, accesses: int = 2) -> None:
+        """Account n elements of vector-unit work (counter and trace record), like the core's tile ops:
+        by default one ALU op and a load and a store per element (data movement: join, split, cat)."""
         self.count("vec_elems", _i64(n))
-        self.trace(KIND_VEC, [n, 1 if reduce_like else 0, dtype_code(elem)])
+        self.trace(KIND_VEC, [n, 1 if reduce_like else 0, dtype_code(elem), cls, accesses])
 
     def _dummy_scalars(self, op: Op) -> None:
         for r in op.results:
@@ -485,7 +487,8 @@ class LanguageCodegen:
         inner = _prod(shape[axis + 1:])
         region = op.regions[0].block
         b = self.b
-        self._charge(_prod(shape), inputs[0].type.elem, reduce_like=True)
+        self._charge(_prod(shape), inputs[0].type.elem, reduce_like=True, cls=region_class(region),
+                     accesses=2 * len(inputs))
         if self._timing:
             return
 

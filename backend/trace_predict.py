@@ -27,8 +27,10 @@ from triton_nmp.abi import (
     TRACE_WORDS,
     dtype_code,
 )
+from triton_nmp.opclass import classify, region_class
 
 from .ir import Func, Op, Value
+from .loop_cost import use_counts, vec_accesses
 
 _MAX_ITERATIONS = 1 << 16
 
@@ -149,6 +151,9 @@ class _Predictor:
             else:
                 self.unknown.add(id(a))
         self.loops: list[tuple[np.ndarray, object]] = []
+        self.users = use_counts(func)
+        self.accesses: dict[int, int] = {}  # nmp.vec op -> scratchpad accesses of its loop (codegen's fusion)
+        self.blocks_seen: set[tuple[int, int]] = set()
 
     def val(self, v: Value):
         if id(v) in self.unknown:
@@ -180,6 +185,9 @@ class _Predictor:
 
     def block(self, ops: list[Op], mask: np.ndarray) -> np.ndarray:
         """Run ops for the lanes in `mask`; returns the lanes still running (not returned)."""
+        if ops and (id(ops[0]), len(ops)) not in self.blocks_seen:  # once per block, not per loop iteration
+            self.blocks_seen.add((id(ops[0]), len(ops)))
+            self.accesses.update(vec_accesses(ops, self.users))
         for op in ops:
             if not mask.any():
                 return mask
@@ -224,11 +232,13 @@ class _Predictor:
             return mask
         if n == "nmp.vec":
             r = op.result
-            self.emit(mask, KIND_VEC, [r.type.numel, 0, dtype_code(r.type.elem)])
+            self.emit(mask, KIND_VEC, [r.type.numel, 0, dtype_code(r.type.elem), classify(op),
+                                     self.accesses.get(id(op), 0)])
             return mask
         if n == "nmp.reduce":
             shape = op.operands[0].type.shape
-            self.emit(mask, KIND_VEC, [int(np.prod(shape)), 1, dtype_code(op.operands[0].type.elem)])
+            self.emit(mask, KIND_VEC, [int(np.prod(shape)), 1, dtype_code(op.operands[0].type.elem),
+                                     region_class(op.regions[0].block), len(op.operands)])
             for r in op.results:
                 self.unknown.add(id(r))
             return mask

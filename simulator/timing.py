@@ -90,6 +90,7 @@ from triton_nmp.abi import (
 )
 from triton_nmp.abi import PU_MAPPINGS as MAPPINGS
 from triton_nmp.errors import NMPRuntimeError
+from triton_nmp.opclass import CLASS_FIELDS
 from triton_nmp.placement import Placement, placement_of
 from triton_nmp.target import TargetSpec, active_target
 
@@ -533,6 +534,28 @@ def _link_max(Ax: np.ndarray, By: np.ndarray) -> np.ndarray:
     return best
 
 
+def _op_rates(spec: TargetSpec) -> tuple[np.ndarray, np.ndarray]:
+    """Issue cycles per lane group of each op class (`triton_nmp.opclass`), narrow and 64-bit results."""
+    codes = range(max(CLASS_FIELDS) + 1)
+    return (np.array([getattr(spec, CLASS_FIELDS[c][0]) for c in codes]),
+            np.array([getattr(spec, CLASS_FIELDS[c][1]) for c in codes]))
+
+
+def _group_time(slot: np.ndarray, slots: int, prog_time: np.ndarray, prog_issue: np.ndarray,
+                prog_dma: np.ndarray, spec: TargetSpec) -> np.ndarray:
+    """Time of each group of programs that one PU runs at once (item 8 of the module docstring), per
+    slot = wave * P + pu: the slowest program alone, or the group's shared pipeline and DMA engine
+    with partial overlap, whichever binds."""
+    k = np.bincount(slot, minlength=slots)
+    issue = np.bincount(slot, weights=prog_issue, minlength=slots)
+    issue *= np.maximum(1.0, spec.issue_thread_interval_cycles / np.maximum(k, 1))  # too few threads to fill it
+    dma = np.bincount(slot, weights=prog_dma, minlength=slots)
+    shared = issue + dma - spec.issue_dma_overlap * np.minimum(issue, dma)
+    chain = np.zeros(slots)
+    np.maximum.at(chain, slot, prog_time)
+    return np.maximum(chain, shared)
+
+
 def _grid_size(grid: Any) -> int:
     dims = (int(grid),) if isinstance(grid, int | np.integer) else tuple(int(g) for g in grid)
     if not 1 <= len(dims) <= 3 or any(g < 0 for g in dims):
@@ -608,8 +631,10 @@ def simulate_timing(
     nhw = np.maximum(1, -(-useful.astype(np.int64) // spec.dma_max_descriptor_bytes))
     batches = -(-nhw // spec.dma_max_in_flight)
     remote_bw = min(spec.remote_read_bytes_per_cycle, spec.noc_link_bytes_per_cycle)
-    d_cyc = batches * (spec.dma_setup_cycles + spec.noc_hop_cycles * mean_hops)
-    d_cyc = d_cyc + local / spec.bank_bytes_per_cycle + remote / remote_bw
+    setup = np.where(d_store, spec.dma_store_setup_cycles, spec.dma_setup_cycles)
+    local_bw = np.where(d_store, spec.dma_store_bytes_per_cycle, spec.bank_bytes_per_cycle)
+    d_cyc = batches * (setup + spec.noc_hop_cycles * mean_hops)
+    d_cyc = d_cyc + local / local_bw + remote / remote_bw
     d_cyc = np.where(useful > 0, d_cyc, 0.0)
 
     # --- compute cycles -------------------------------------------------------------------------
@@ -618,9 +643,14 @@ def simulate_timing(
     flops = np.zeros(m)
     vi = np.flatnonzero(kind == KIND_VEC)
     if vi.size:
-        el, dt = tr[vi, 2], tr[vi, 4]
-        wide = np.where((dt == _DTYPE_FP64) | (dt == _DTYPE_INT64), 2, 1)
-        comp[vi] = -(-el // spec.vector_fp32_lanes) * wide
+        el, dt, cls, acc = tr[vi, 2], tr[vi, 4], tr[vi, 5], tr[vi, 6]
+        wide = (dt == _DTYPE_FP64) | (dt == _DTYPE_INT64)
+        narrow_rate, wide_rate = _op_rates(spec)
+        cls = np.where((cls >= 0) & (cls < narrow_rate.size), cls, 0)
+        comp[vi] = -(-el // spec.vector_fp32_lanes) * np.where(wide, wide_rate[cls], narrow_rate[cls])
+        loop = acc * spec.issue_spm_access_cycles + spec.issue_loop_cycles
+        if loop.any():
+            comp[vi] += np.where(acc > 0, el * loop, 0.0)
         flops[vi] = el
     mi = np.flatnonzero(kind == KIND_MATMUL)
     mm_dtypes: list[str] = []
@@ -634,6 +664,8 @@ def simulate_timing(
             mm_dtypes.append(key)
         comp[mi] = np.ceil(macs / rate)
         flops[mi] = 2.0 * macs
+    issue = comp  # pipeline issue cycles at full rate (all threads together)
+    comp = comp * spec.issue_thread_interval_cycles  # one thread alone issues once per interval
 
     # --- program time: a stage = compute records and the prefetched DMAs that follow them ----------
     dma_all = np.zeros(m)
@@ -656,15 +688,23 @@ def simulate_timing(
     prog_dma = np.bincount(prog, weights=dma_all, minlength=n)
     prog_comp = np.bincount(prog, weights=comp, minlength=n)
 
-    # --- waves: k-th program of every PU together; bank and link contention per wave -------------
+    # --- waves: k-th program (group of `issue.threads` programs) of every PU together; bank and link
+    # contention per wave ---------------------------------------------------------------------------
     counts = np.bincount(pu, minlength=P)
     order = np.argsort(pu, kind="stable")
     wave = np.empty(n, dtype=np.int64)
     wave[order] = np.arange(n) - (np.cumsum(counts) - counts)[pu[order]]
-    W = int(counts.max()) if n else 0
-    wave_pu = np.zeros(W * P)
-    wave_pu[wave * P + pu] = prog_time  # at most one program per (wave, PU)
-    wave_pu = wave_pu.reshape(W, P).max(axis=1) if W else np.zeros(0)
+    threads = spec.issue_threads
+    if threads == 1:
+        W = int(counts.max()) if n else 0
+        pu_time = np.zeros(W * P)
+        pu_time[wave * P + pu] = prog_time  # at most one program per (wave, PU)
+    else:
+        wave //= threads
+        W = int(-(-counts.max() // threads)) if n else 0
+        pu_time = _group_time(wave * P + pu, W * P, prog_time, np.bincount(prog, weights=issue, minlength=n),
+                              prog_dma, spec)
+    wave_pu = pu_time.reshape(W, P).max(axis=1) if W else np.zeros(0)
     # bank bytes per wave; replicated reads come from the reader's own copy
     d_wave, d_pu = wave[d_prog], pu[d_prog]
     npat = pats.useful.size
@@ -736,7 +776,7 @@ def simulate_timing(
         flops=total_flops,
         dma_cycles=float(prog_dma.sum()),
         compute_cycles=float(prog_comp.sum()),
-        per_pu_busy_cycles=np.bincount(pu, weights=prog_time, minlength=P),
+        per_pu_busy_cycles=pu_time.reshape(W, P).sum(axis=0) if W else np.zeros(P),
         bank_bytes=bank_total,
         roofline_seconds=spec.roofline_seconds(total_flops, bytes_local, max(bytes_remote, 0.0), peak_dtype),
         program_pu=pu,
@@ -753,6 +793,7 @@ def simulate_timing(
             "wave_bank_cycles": wave_bank,
             "wave_link_cycles": wave_link,  # exact when computed, else 0 (the bound showed links cannot limit)
             "links_exact": links_exact,
+            "threads": threads,
         },
     )
 

@@ -241,7 +241,12 @@ def test_hash_changes_with_every_field():
     seen = {base.hash()}
     for info in TargetSpec.schema():
         value = getattr(base, info.attr)
-        changed = value + "-x" if isinstance(value, str) else value * 2
+        if isinstance(value, str):
+            changed = value + "-x"
+        elif info.check == "fraction":
+            changed = value / 2
+        else:
+            changed = value * 2 if value else 1  # optional fields may be 0 by default
         other = dataclasses.replace(base, **{info.attr: changed})
         seen.add(other.hash())
     assert len(seen) == 1 + len(TargetSpec.schema())

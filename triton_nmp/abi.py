@@ -26,7 +26,9 @@ A trace record is [kind, program, f0, ..., f5] (TRACE_WORDS words), in program o
 
     KIND_DMA_LOAD/STORE   [arg, first byte, rows, row bytes, row stride, flags]   (flags: FLAG_*)
     KIND_GATHER/SCATTER   [arg, 0, elements, element bytes, argument span]
-    KIND_VEC              [elements, reduce-like (0/1), dtype code]
+    KIND_VEC              [elements, reduce-like (0/1), dtype code, op class, scratchpad accesses per
+                           element of the loop it opens (0: inside an already charged fused loop)]
+                          (op classes: triton_nmp.opclass; accesses: backend/loop_cost.py)
     KIND_MATMUL           [M, N, K, dtype code of the inputs]
     KIND_WAIT             [] (ends a pipeline stage)
 """

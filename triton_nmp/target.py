@@ -66,11 +66,17 @@ _POSITIVE = "positive"
 _NONNEGATIVE = "nonnegative"
 _POW2 = "power-of-two"
 _NAME = "name"
+_FRACTION = "fraction"
 
 
-def _f(default: Any, toml: str, unit: str, check: str, doc: str) -> Any:
-    """A dataclass field carrying its TOML path, unit and constraint (see module docstring)."""
-    return field(default=default, metadata={"toml": toml, "unit": unit, "check": check, "doc": doc})
+def _f(default: Any, toml: str, unit: str, check: str, doc: str, *, optional: bool = False,
+       inherit: str = "") -> Any:
+    """A dataclass field carrying its TOML path, unit and constraint (see module docstring).
+
+    `optional` fields may be left out of a TOML file: they then take their neutral default (the one
+    that reproduces the model without them), or the value of the field named by `inherit`."""
+    meta = {"toml": toml, "unit": unit, "check": check, "doc": doc, "optional": optional, "inherit": inherit}
+    return field(default=default, metadata=meta)
 
 
 @dataclass(frozen=True)
@@ -104,6 +110,53 @@ class TargetSpec:
         4.0, "noc.remote_read_bytes_per_cycle", "B/cycle", _POSITIVE, "cap on one PU's reads of other banks"
     )
     launch_overhead_us: float = _f(5.0, "launch.overhead_us", "us", _NONNEGATIVE, "host cost per kernel launch")
+    # --- optional fields (docs/machine-model.md): their defaults are neutral, i.e. they reproduce the model
+    # of the fields above exactly, so files written before they existed keep their meaning.
+    dma_store_setup_cycles: int = _f(100, "dma.store_setup_cycles", "cycles", _NONNEGATIVE,
+                                     "fixed cost per store descriptor", optional=True, inherit="dma_setup_cycles")
+    dma_store_bytes_per_cycle: float = _f(16.0, "dma.store_bytes_per_cycle", "B/cycle", _POSITIVE,
+                                          "SPM -> own bank bandwidth", optional=True, inherit="bank_bytes_per_cycle")
+    issue_threads: int = _f(1, "issue.threads", "programs", _POSITIVE,
+                            "programs a PU runs at once (hardware threads), sharing pipeline, DMA engine and SPM",
+                            optional=True)
+    issue_thread_interval_cycles: int = _f(1, "issue.thread_interval_cycles", "cycles", _POSITIVE,
+                                           "fewest cycles between two instructions of one thread", optional=True)
+    issue_spm_access_cycles: float = _f(0.0, "issue.spm_access_cycles", "cycles/element", _NONNEGATIVE,
+                                        "scalar core: per tile element a compute loop loads or stores", optional=True)
+    issue_loop_cycles: float = _f(0.0, "issue.loop_cycles", "cycles/iteration", _NONNEGATIVE,
+                                  "scalar core: per element-loop iteration (index, branch, address)", optional=True)
+    issue_dma_overlap: float = _f(1.0, "issue.dma_overlap", "fraction", _FRACTION,
+                                  "threads > 1: share of min(compute, DMA) of concurrent programs hidden", optional=True)
+    ops_int_alu_cycles: float = _f(1.0, "ops.int_alu", "cycles/lanes", _POSITIVE,
+                                   "integer add/sub/logic/shift/compare/select/cast", optional=True)
+    ops_int_mul_cycles: float = _f(1.0, "ops.int_mul", "cycles/lanes", _POSITIVE, "integer multiply", optional=True)
+    ops_int_div_cycles: float = _f(1.0, "ops.int_div", "cycles/lanes", _POSITIVE, "integer divide/remainder",
+                                   optional=True)
+    ops_float_add_cycles: float = _f(1.0, "ops.float_add", "cycles/lanes", _POSITIVE,
+                                     "float add/sub/compare/min/max/convert", optional=True)
+    ops_float_mul_cycles: float = _f(1.0, "ops.float_mul", "cycles/lanes", _POSITIVE, "float multiply, fma",
+                                     optional=True)
+    ops_float_div_cycles: float = _f(1.0, "ops.float_div", "cycles/lanes", _POSITIVE, "float divide, sqrt",
+                                     optional=True)
+    ops_float_special_cycles: float = _f(1.0, "ops.float_special", "cycles/lanes", _POSITIVE,
+                                         "exp, log, trigonometric, pow, erf", optional=True)
+    ops_int64_alu_cycles: float = _f(2.0, "ops.int64_alu", "cycles/lanes", _POSITIVE, "64-bit int_alu",
+                                     optional=True)
+    ops_int64_mul_cycles: float = _f(2.0, "ops.int64_mul", "cycles/lanes", _POSITIVE, "64-bit int_mul",
+                                     optional=True)
+    ops_int64_div_cycles: float = _f(2.0, "ops.int64_div", "cycles/lanes", _POSITIVE, "64-bit int_div",
+                                     optional=True)
+    ops_float64_add_cycles: float = _f(2.0, "ops.float64_add", "cycles/lanes", _POSITIVE, "64-bit float_add",
+                                       optional=True)
+    ops_float64_mul_cycles: float = _f(2.0, "ops.float64_mul", "cycles/lanes", _POSITIVE, "64-bit float_mul",
+                                       optional=True)
+    ops_float64_div_cycles: float = _f(2.0, "ops.float64_div", "cycles/lanes", _POSITIVE, "64-bit float_div",
+                                       optional=True)
+    ops_float64_special_cycles: float = _f(2.0, "ops.float64_special", "cycles/lanes", _POSITIVE,
+                                           "64-bit float_special", optional=True)
+    # Calibration ranges ([fit] table): (field path, low, high) that the field's sources allow. Not part of
+    # the machine (no effect on hash or equality): `triton-nmp calibrate-target` keeps fitted values inside.
+    fit_ranges: tuple[tuple[str, float, float], ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         values = {info.attr: getattr(self, info.attr) for info in _SCHEMA}
@@ -111,6 +164,8 @@ class TargetSpec:
         for attr, value in normalized.items():
             if value is not values[attr] and type(value) is not type(values[attr]):
                 object.__setattr__(self, attr, value)  # e.g. 1 -> 1.0 for GHz, so equal specs hash equally
+        ranges = _check_fit_ranges(self, self.fit_ranges, f"TargetSpec(name={self.name!r})")
+        object.__setattr__(self, "fit_ranges", ranges)
 
     # ----------------------------------------------------------------------------------- loading
 
@@ -150,22 +205,41 @@ class TargetSpec:
     def to_toml(self) -> str:
         """TOML text that `TargetSpec.load` reads back to an equal spec (units as comments)."""
         lines = [f"name = {json.dumps(self.name)}"]
-        current = ""
-        for info in _SCHEMA:
-            section, _, key = info.path.rpartition(".")
-            if not section:
-                continue
-            if section != current:
-                lines += ["", f"[{section}]"]
-                current = section
-            value = getattr(self, info.attr)
-            lines.append(f"{key} = {value!r}  # {info.unit}")
+        for section in _SECTIONS:
+            lines += ["", f"[{section}]"]
+            for info in _SCHEMA:
+                if info.path.startswith(section + "."):
+                    lines.append(f"{info.path.split('.', 1)[1]} = {getattr(self, info.attr)!r}  # {info.unit}")
+        if self.fit_ranges:
+            lines += ["", "[fit]"] + [f'"{path}" = [{lo!r}, {hi!r}]' for path, lo, hi in self.fit_ranges]
         return "\n".join(lines) + "\n"
 
     def hash(self) -> str:
-        """sha256 hex of the canonical content; any field change changes it (cache keys use it)."""
-        canonical = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        """sha256 hex of the canonical content; any field change changes it (cache keys use it).
+
+        Optional fields at their neutral value are left out, so adding a field to the schema does not
+        change the hash (and so the caches) of a machine that does not use it."""
+        content = self.to_dict()
+        for info in _SCHEMA:
+            if info.optional and getattr(self, info.attr) == self.neutral_value(info):
+                section, _, key = info.path.rpartition(".")
+                del content[section][key]
+                if not content[section]:
+                    del content[section]
+        canonical = json.dumps(content, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
+
+    def neutral_value(self, info: FieldInfo) -> Any:
+        """The value of an optional field that leaves the model as it was without it."""
+        return getattr(self, info.inherit) if info.inherit else info.default
+
+    # ----------------------------------------------------------------------------- threads/SPM
+
+    @property
+    def spm_bytes_per_program(self) -> int:
+        """Scratchpad one program may plan for: the PU's scratchpad shared by its `issue.threads`
+        concurrent programs (UPMEM: 64 KB WRAM / 16 tasklets = 4 KB each)."""
+        return self.spm_bytes // self.issue_threads
 
     # --------------------------------------------------------------------------------- geometry
 
@@ -264,6 +338,9 @@ class FieldInfo:
     unit: str
     check: str
     doc: str
+    optional: bool = False
+    inherit: str = ""  # optional field whose default is another field's value
+    default: Any = None
 
     def expectation(self) -> str:
         kind = {int: "an integer", float: "a number", str: "a string"}[self.kind]
@@ -272,6 +349,7 @@ class FieldInfo:
             _NONNEGATIVE: f"{kind} >= 0",
             _POW2: "a power of two (integer > 0)",
             _NAME: "a non-empty string",
+            _FRACTION: f"{kind} between 0 and 1",
         }[self.check]
         return f"{text} ({self.unit})" if self.unit else text
 
@@ -279,9 +357,11 @@ class FieldInfo:
 _KINDS = {"int": int, "float": float, "str": str}
 _SCHEMA: tuple[FieldInfo, ...] = tuple(
     FieldInfo(
-        f.name, f.metadata["toml"], _KINDS[str(f.type)], f.metadata["unit"], f.metadata["check"], f.metadata["doc"]
+        f.name, f.metadata["toml"], _KINDS[str(f.type)], f.metadata["unit"], f.metadata["check"], f.metadata["doc"],
+        f.metadata["optional"], f.metadata["inherit"], f.default,
     )
     for f in fields(TargetSpec)
+    if "toml" in f.metadata
 )
 _BY_PATH = {info.path: info for info in _SCHEMA}
 _SECTIONS = tuple(dict.fromkeys(info.path.split(".")[0] for info in _SCHEMA if "." in info.path))
@@ -319,7 +399,35 @@ def _check_value(info: FieldInfo, value: Any) -> tuple[Any, str | None]:
         return number, f"is {value!r}"
     if info.check == _POW2 and number & (number - 1):
         return number, f"is {value!r}, not a power of two"
+    if info.check == _FRACTION and not 0 <= number <= 1:
+        return number, f"is {value!r}"
     return number, None
+
+
+def _check_fit_ranges(spec: TargetSpec, ranges: Any, source: str) -> tuple[tuple[str, float, float], ...]:
+    """Validate calibration ranges: known numeric fields, low <= high, the spec's value inside."""
+    out, problems = [], []
+    for entry in ranges:
+        try:
+            path, lo, hi = entry
+            lo, hi = float(lo), float(hi)
+        except (TypeError, ValueError):
+            problems.append(f"fit: entry {entry!r} is not (field path, low, high)")
+            continue
+        info = _BY_PATH.get(path)
+        if info is None or info.kind is str:
+            problems.append(_unknown(f"fit.{path}", [p for p, i in _BY_PATH.items() if i.kind is not str]))
+            continue
+        value = getattr(spec, info.attr)
+        if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
+            problems.append(f"fit.{path}: range [{lo}, {hi}] is empty or not finite; expected [low, high]")
+        elif not lo <= value <= hi:
+            problems.append(f"fit.{path}: the value {value!r} of {path} lies outside its range [{lo}, {hi}]")
+        else:
+            out.append((path, lo, hi))
+    if problems:
+        _raise(source, problems)
+    return tuple(out)
 
 
 def _cross_check(values: dict[str, Any]) -> list[str]:
@@ -366,7 +474,7 @@ def _from_document(document: dict[str, Any], source: str) -> dict[str, Any]:
     values: dict[str, Any] = {}
     all_paths = list(_BY_PATH)
     for key, value in document.items():
-        if key in _TOP_LEVEL:
+        if key in _TOP_LEVEL or key == "fit":
             continue
         if key not in _SECTIONS:
             problems.append(_unknown(key, all_paths + list(_SECTIONS)))
@@ -382,14 +490,30 @@ def _from_document(document: dict[str, Any], source: str) -> dict[str, Any]:
         if not isinstance(table, dict):
             continue  # already reported: the section is not a table
         if key not in table:
-            problems.append(f"{info.path}: missing; expected {info.expectation()}")
+            if not info.optional:
+                problems.append(f"{info.path}: missing; expected {info.expectation()}")
             continue
         value, problem = _check_value(info, table[key])
         if problem:
             problems.append(f"{info.path}: {problem}; expected {info.expectation()}")
         values[info.attr] = value
+    for info in _SCHEMA:  # optional fields left out: their neutral default
+        if info.attr not in values and info.optional and not problems:
+            values[info.attr] = values[info.inherit] if info.inherit else info.default
     if not problems:
         problems = _cross_check(values)
+    fit = document.get("fit", {})
+    if not isinstance(fit, dict):
+        problems.append(f"fit: has type {_toml_type(fit)}; expected a table [fit] of field = [low, high]")
+    else:
+        ranges = []
+        for path, bounds in fit.items():
+            if not (isinstance(bounds, list) and len(bounds) == 2
+                    and all(isinstance(b, int | float) and not isinstance(b, bool) for b in bounds)):
+                problems.append(f"fit.{path}: is {bounds!r}; expected [low, high] (two numbers)")
+            else:
+                ranges.append((path, bounds[0], bounds[1]))
+        values["fit_ranges"] = tuple(ranges)
     if problems:
         _raise(source, problems)
     return values
