@@ -427,7 +427,7 @@ def legalize_scratchpad(module, spec) -> ScratchpadPlan:
     func = module.kernel
     align = buffer_align(spec)
     plan = plan_scratchpad(func, align)
-    if plan.peak_bytes > spec.spm_bytes:
+    if plan.peak_bytes > spec.spm_bytes_per_program:
         n = next((v.type.shape[0] for op in func.walk() for v in op.results if v.type.is_tensor), 0)
         chunk = n // 2
         while chunk >= 64:
@@ -435,10 +435,10 @@ def legalize_scratchpad(module, spec) -> ScratchpadPlan:
             if not strip_mine(trial.kernel, chunk):
                 break
             trial_plan = plan_scratchpad(trial.kernel, align)
-            if trial_plan.peak_bytes <= spec.spm_bytes:
+            if trial_plan.peak_bytes <= spec.spm_bytes_per_program:
                 verify(trial, "strip-mining")
                 module.funcs[:] = trial.funcs
                 return trial_plan
             chunk //= 2
-    check_budget(plan, spec.spm_bytes, func.name, spec.name)
+    check_budget(plan, spec.spm_bytes_per_program, func.name, spec.name)
     return plan

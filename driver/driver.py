@@ -83,7 +83,7 @@ class NMPUtils:
         spec = active_target()
         return {
             "multiprocessor_count": spec.num_pus,
-            "max_shared_mem": spec.spm_bytes,
+            "max_shared_mem": spec.spm_bytes_per_program,
             "max_num_regs": MAX_NUM_REGS,
             "warpSize": 1,
             "nmp_target": spec.name,

@@ -176,6 +176,45 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------- calibrate-target
+
+
+def _args_calibrate_target(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--target", metavar="NAME_OR_TOML", default="upmem-like",
+                        help="target whose [fit] fields are fitted (default upmem-like)")
+    parser.add_argument("--table", metavar="CSV_OR_TOML", default=None,
+                        help="measured rows: workload, dpus, elements, ms (default: the bundled UPMEM PrIM table)")
+    parser.add_argument("--fit-dpus", metavar="N[,N...]", default=None,
+                        help="fit on the rows with these DPU counts, test on the others (default: the smallest)")
+    parser.add_argument("--params", metavar="FIELD[,FIELD...]", default=None,
+                        help="fields to fit, as TOML paths (default: every field of the target's [fit] table)")
+    parser.add_argument("--out", metavar="TOML", default=None, help="write the fitted target to this file")
+
+
+def _cmd_calibrate_target(args: argparse.Namespace) -> int:
+    """Fit a target's free fields (within their declared ranges) to measured kernel times."""
+    from pathlib import Path
+
+    from triton_nmp.calibrate_target import fit_target, split_rows
+    from triton_nmp.prim import UPMEM_TABLE_PATH, load_table
+
+    spec = TargetSpec.load(args.target)
+    rows = load_table(args.table or UPMEM_TABLE_PATH)
+    try:
+        dpus = {int(x) for x in args.fit_dpus.split(",")} if args.fit_dpus else None
+    except ValueError:
+        raise NMPError(f"--fit-dpus {args.fit_dpus!r}: expected DPU counts such as 1 or 1,4") from None
+    fit_idx, _ = split_rows(rows, dpus)
+    params = [p.strip() for p in args.params.split(",")] if args.params else None
+    result = fit_target(spec, rows, fit_idx, params)
+    print(f"target {spec.name}: fitting on {len(fit_idx)} of {len(rows)} rows")
+    print(result.table())
+    if args.out:
+        Path(args.out).write_text(result.spec.to_toml())
+        print(f"fitted target written to {args.out}")
+    return 0
+
+
 # ------------------------------------------------------------------------------------ cache
 
 
@@ -200,6 +239,8 @@ _SUBCOMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], Callable[[arg
     "compile": (_cmd_compile, _args_compile, "compile one kernel and print or save its IR stages"),
     "calibrate": (_cmd_calibrate, _args_calibrate, "fit the tuning cost model to the simulator for a target"),
     "cache": (_cmd_cache, _args_cache, "list, show, clear or export the persistent tuning cache"),
+    "calibrate-target": (_cmd_calibrate_target, _args_calibrate_target,
+                         "fit a target's free fields to measured kernel times, report the error on held-out rows"),
 }
 
 

@@ -133,7 +133,7 @@ def lower_config(kernel, args: dict[str, Any] | tuple | list, config: Any = None
     try:
         opts = backend.parse_options(dict(options))
     except NMPError as e:
-        verdict = Verdict(False, str(e), 0, spec.spm_bytes, time.perf_counter() - t0)
+        verdict = Verdict(False, str(e), 0, spec.spm_bytes_per_program, time.perf_counter() - t0)
         _VERDICTS[vkey] = verdict
         return verdict, None, None
     if key_sig not in _TTIR_CACHE:
@@ -145,19 +145,21 @@ def lower_config(kernel, args: dict[str, Any] | tuple | list, config: Any = None
     if isinstance(ttir, Exception):
         lines = [ln.strip() for ln in str(ttir).splitlines() if ln.strip()]
         verdict = Verdict(False, f"does not compile: {lines[-1] if lines else type(ttir).__name__}", 0,
-                          spec.spm_bytes, time.perf_counter() - t0)
+                          spec.spm_bytes_per_program, time.perf_counter() - t0)
     else:
         ctx = PassContext.from_options(opts)  # the spec is `spec`: opts.arch names it
         try:  # the whole nmpir pipeline: it buffers less deeply, then strip-mines, what can be made to fit
             nmp = compile_ttir(ttir, ctx)
         except NMPScratchpadOverflowError as e:
             reason = (f"scratchpad overflow: needs {e.required} bytes per program, "
-                      f"target '{spec.name}' has {spec.spm_bytes}")
-            verdict = Verdict(False, reason, e.required, spec.spm_bytes, time.perf_counter() - t0)
+                      f"target '{spec.name}' has {spec.spm_bytes_per_program}")
+            verdict = Verdict(False, reason, e.required, spec.spm_bytes_per_program, time.perf_counter() - t0)
         except NMPError as e:
-            verdict = Verdict(False, f"does not compile for nmp: {e}", 0, spec.spm_bytes, time.perf_counter() - t0)
+            verdict = Verdict(False, f"does not compile for nmp: {e}", 0, spec.spm_bytes_per_program,
+                              time.perf_counter() - t0)
         else:
-            verdict = Verdict(True, "fits", ctx.plan.peak_bytes, spec.spm_bytes, time.perf_counter() - t0)
+            verdict = Verdict(True, "fits", ctx.plan.peak_bytes, spec.spm_bytes_per_program,
+                              time.perf_counter() - t0)
             _MODULES[vkey] = (nmp, opts)
     _VERDICTS[vkey] = verdict
     return verdict, *_MODULES.get(vkey, (None, None))

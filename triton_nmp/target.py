@@ -126,7 +126,8 @@ class TargetSpec:
     issue_loop_cycles: float = _f(0.0, "issue.loop_cycles", "cycles/iteration", _NONNEGATIVE,
                                   "scalar core: per element-loop iteration (index, branch, address)", optional=True)
     issue_dma_overlap: float = _f(1.0, "issue.dma_overlap", "fraction", _FRACTION,
-                                  "threads > 1: share of min(compute, DMA) of concurrent programs hidden", optional=True)
+                                  "threads > 1: share of min(compute, DMA) of concurrent programs hidden",
+                                  optional=True)
     ops_int_alu_cycles: float = _f(1.0, "ops.int_alu", "cycles/lanes", _POSITIVE,
                                    "integer add/sub/logic/shift/compare/select/cast", optional=True)
     ops_int_mul_cycles: float = _f(1.0, "ops.int_mul", "cycles/lanes", _POSITIVE, "integer multiply", optional=True)
