@@ -23,13 +23,18 @@ vectorised over records with numpy: no Python loop runs per record or per progra
    issued in batches of dma_max_in_flight [8] whose setups overlap):
        dma = ceil(nd / in_flight) * (dma_setup_cycles [100] + noc_hop_cycles [9] * hops)
              + local_moved / bank_bytes_per_cycle [16]
+   (stores: dma_store_setup_cycles and dma_store_bytes_per_cycle, by default equal to the load values)
              + remote_moved / min(remote_read_bytes_per_cycle [4], noc_link_bytes_per_cycle [32])
    `local` = bytes in the executing PU's own bank (every read of a "replicated" tensor); `hops` =
    remote-byte-weighted mean XY distance from the banks to the PU (0 when all bytes are local).
    Stores are charged like loads (a remote write crosses the same NoC path in the other direction).
 
-4. Compute time: vector op = ceil(elements / vector_fp32_lanes [32]) cycles, x2 for 64-bit types
-   (fp16/bf16/int8 use the same lanes: no packing assumed; reductions cost the same as elementwise);
+4. Compute time: vector op = ceil(elements / vector_fp32_lanes [32]) * ops[class] cycles, ops[class] =
+   the target's `[ops]` rate of the record's op class (`triton_nmp.opclass`) [1, x2 for 64-bit types]
+   (fp16/bf16/int8 use the same lanes: no packing assumed; reductions cost the same as elementwise),
+   plus, on scalar cores, elements * (accesses * issue_spm_access_cycles + issue_loop_cycles) [0] for a
+   record that opens an element loop (accesses > 0); a program's compute runs at one instruction per
+   issue_thread_interval_cycles [1] (one thread of a barrel/revolver pipeline);
    matrix op = ceil(M*N*K / matrix MACs per cycle of the input dtype [128 fp16/bf16, 32 fp32,
    256 int8]); fp64 at half the fp32 rate, other integer inputs at the fp32 rate.
    flops = 2 per MAC + 1 per vector element.
@@ -50,10 +55,10 @@ vectorised over records with numpy: no Python loop runs per record or per progra
    model (item 7) one extra program on one PU costs a whole wave, more than the remote reads it
    would save.
 
-7. Concurrency and contention, in waves: each PU runs its programs back to back in program order;
-   wave k holds the k-th program of every PU, which run concurrently. Shared resources are charged
-   per wave:
-       wave = max( max over its programs of program time,
+7. Concurrency and contention, in waves: each PU runs its programs back to back in program order, in
+   groups of issue_threads [1] (item 8); wave k holds the k-th group of every PU, which run
+   concurrently. Shared resources are charged per wave:
+       wave = max( max over its PUs of group time (program time with one thread),
                    max over banks of moved bytes served by the bank / bank_bytes_per_cycle,
                    max over directed mesh links of bytes crossing it / noc_link_bytes_per_cycle )
    with remote bytes routed XY (along the source's row, then down the destination's column) from
@@ -62,6 +67,12 @@ vectorised over records with numpy: no Python loop runs per record or per progra
    launches whose programs differ much in length). Per-link sums are skipped when a cheap bound
    (bytes leaving a mesh row / entering a mesh column) shows links cannot set any wave's time.
        cycles = sum of waves + launch_overhead_us * clock_ghz * 1000 [5 us]
+
+8. Threads (issue_threads > 1, e.g. UPMEM's tasklets): a group of k programs shares one pipeline and
+   one DMA engine; its time is
+       max( slowest program alone (item 5),  I + D - issue_dma_overlap * min(I, D) )
+   with I = the group's issue cycles x max(1, issue_thread_interval_cycles / k) (too few threads
+   cannot fill the pipeline) and D = the group's DMA cycles. With one thread a group is one program.
 
 The model is deterministic (the random mapping uses `seed`). Its lower bound, `roofline_seconds`,
 is `TargetSpec.roofline_seconds` for the launch's flops and useful local/remote bytes.
