@@ -24,6 +24,9 @@ from llvmlite import ir
 from triton_nmp.abi import (
     COUNTERS,
     COUNTERS_BASE,
+    CTX_PID,
+    CTX_SITE,
+    CTX_STATUS,
     CTX_TRACE_CAP,
     CTX_TRACE_LEN,
     CTX_TRACE_ON,
@@ -58,6 +61,7 @@ from .codegen_scalar import (
     to_compute,
     to_storage,
 )
+from .codegen_watchdog import tick as watchdog_tick
 from .ir import Func, Module, Op, Ty, Value
 from .loop_cost import run_accesses, use_counts
 from .nmpir import FUSABLE_MEMORY_OPS, fused_run_length
@@ -202,12 +206,21 @@ class KernelCodegen(LanguageCodegen):
         b = ir.IRBuilder(g.append_basic_block("entry"))
         fail = g.append_basic_block("fail")
 
+        grid_site = self.grid_site()
+
+        def stop_grid(bb: ir.IRBuilder, status: ir.Value, idx: list[ir.Value]) -> None:
+            for k, v in ((CTX_STATUS, status), (CTX_SITE, _i64(grid_site)),
+                         (CTX_PID, idx[0]), (CTX_PID + 1, idx[1]), (CTX_PID + 2, idx[2])):
+                bb.store(v, bb.gep(ctx, [_i64(k)]))
+            bb.ret(status)
+
         def nest(level: int, idx: list[ir.Value]) -> None:
             if level < 0:
                 st = b.call(self.fn, [slots, idx[0], idx[1], idx[2], gx, gy, gz, ctx])
                 okb = g.append_basic_block("ok")
                 b.cbranch(b.icmp_signed("!=", st, _i64(0)), fail, okb)
                 b.position_at_end(okb)
+                watchdog_tick(b, g, ctx, lambda bb, status: stop_grid(bb, status, idx))
                 return
             count = (gx, gy, gz)[level]
 
@@ -383,6 +396,27 @@ class KernelCodegen(LanguageCodegen):
             self.sites.append(Site(_op_label(op), str(op.loc), arg))
             self.site_ids[key] = len(self.sites) - 1
         return self.site_ids[key]
+
+    def grid_site(self) -> int:
+        """The error site of the grid loop (where the watchdog stops between programs)."""
+        key = (id(self.func), "grid")
+        if key not in self.site_ids:
+            self.sites.append(Site("program loop", str(self.func.loc), ""))
+            self.site_ids[key] = len(self.sites) - 1
+        return self.site_ids[key]
+
+    def watchdog_tick(self, loop: Op) -> None:
+        """A loop back-edge: count it; when the watchdog says stop, leave with its status (see
+        `codegen_watchdog`), the loop's Python line as the error site."""
+        site = self.site(loop)
+
+        def stop(b: ir.IRBuilder, status: ir.Value) -> None:
+            for k, v in ((CTX_STATUS, status), (CTX_SITE, _i64(site)), (CTX_PID, self.pids[0]),
+                         (CTX_PID + 1, self.pids[1]), (CTX_PID + 2, self.pids[2])):
+                b.store(v, b.gep(self.ctx, [_i64(k)]))
+            b.branch(self.err_exit)
+
+        watchdog_tick(self.b, self.fn, self.ctx, stop)
 
     def fail_if(self, cond: ir.Value, status: int, site: int, arg_index: int, lo: ir.Value, hi: ir.Value) -> None:
         b = self.b
@@ -791,6 +825,7 @@ class KernelCodegen(LanguageCodegen):
         self.loops.pop()
         yield_op = body.ops[-1]
         self._copy_yields(bargs, yield_op.operands)
+        self.watchdog_tick(op)
         latch = b.block
         ivp.add_incoming(b.add(ivp, step), latch)
         for barg, y in zip(bargs, yield_op.operands):
@@ -890,6 +925,7 @@ class KernelCodegen(LanguageCodegen):
         self.emit_block(after.ops[:-1])
         y = after.ops[-1]
         self._copy_yields(before.args, y.operands)
+        self.watchdog_tick(op)
         latch = b.block
         for a, v in zip(before.args, y.operands):
             if id(a) in phis:

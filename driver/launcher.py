@@ -253,7 +253,7 @@ class NMPLauncher:
                 self.last_result = LaunchResult(grid, STATUS_OK, dict(entry.counters), 0.0, None)
             else:
                 result = run_grid(
-                    self._fn, make_slots(vals), grid, self.abi, _Spans(vals, self._span_at), self.metadata
+                    self._fn, make_slots(vals), grid, self.abi, _Spans(vals, self._span_at), self.metadata, spec
                 )
                 self.last_result = result
                 clock.submit(

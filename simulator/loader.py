@@ -220,7 +220,7 @@ def load_object(data: bytes, name: str = "") -> LoadedObject:
             engine.close()
             raise NMPLoadError(
                 f"the object of kernel '{name}' calls external symbols that do not exist in this process: "
-                f"{missing}; only libc, libm and compiler-runtime (libgcc_s) functions can be called"
+                f"{missing}; only libc, libm, compiler-runtime (libgcc_s) and Python C-API functions can be called"
             )
         try:
             engine.add_object_file(llvm.ObjectFileRef.from_data(data))

@@ -30,12 +30,23 @@ from triton_nmp.abi import (
     MAX_COUNTERS,
     MAX_TRACE_RECORDS,
     STATUS_ASSERT,
+    STATUS_CYCLE_LIMIT,
+    STATUS_INTERRUPTED,
     STATUS_NO_MEMORY,
     STATUS_OK,
     STATUS_OUT_OF_BOUNDS,
+    STATUS_TIMEOUT,
     TRACE_WORDS,
 )
-from triton_nmp.errors import NMPDeviceAssertError, NMPLaunchError, NMPOutOfBoundsError, NMPRuntimeError
+from triton_nmp.errors import (
+    NMPDeviceAssertError,
+    NMPLaunchError,
+    NMPOutOfBoundsError,
+    NMPRuntimeError,
+    NMPTimeoutError,
+)
+
+from . import watchdog
 
 __all__ = [
     "CTX_WORDS",
@@ -197,18 +208,38 @@ def raise_for_status(status: int, ctx: Sequence[int], abi: KernelABI, spans: Seq
     if status == STATUS_NO_MEMORY:
         raise NMPRuntimeError(f"kernel '{kernel}': the execution trace exceeded its limit "
                               f"({MAX_TRACE_RECORDS >> 20}M records) or host "
-                              f"memory (program {pid}); a kernel that never ends (spin loop) stops here. "
-                              f"Set TRITON_NMP_TRACE=0 to run without timing")
+                              f"memory (program {pid}), so it cannot be timed. A loop that never ends stops "
+                              f"here; if the kernel does end, run it on a smaller problem, or set "
+                              f"TRITON_NMP_TRACE=0 to run it without timing (the watchdog's limits still apply)")
+    if status in (STATUS_TIMEOUT, STATUS_CYCLE_LIMIT):
+        limits = watchdog.watchdog_limits()
+        what = limits.describe_seconds() if status == STATUS_TIMEOUT else limits.describe_cycles()
+        knob = "max_seconds" if status == STATUS_TIMEOUT else "max_cycles"
+        err = NMPTimeoutError(
+            f"kernel '{kernel}': stopped by the watchdog after more than {what}, in program {pid} at "
+            f"{site.loc}. A loop that never ends (say, spinning on memory nothing writes) stops here; if the "
+            f"kernel does end, raise the limit (0 disables it) or use triton_nmp.set_watchdog({knob}=...)"
+        )
+        err.kernel, err.loc, err.program_id = kernel, site.loc, pid
+        raise err
+    if status == STATUS_INTERRUPTED:
+        watchdog.take_exception(ctx)  # raises what the signal handler raised (KeyboardInterrupt for Ctrl-C)
+        raise KeyboardInterrupt(f"kernel '{kernel}' was stopped in program {pid} at {site.loc}")
     raise NMPRuntimeError(
         f"kernel '{kernel}' returned unknown status {status} (site {site_idx}, program {pid}); "
         f"the compiler and the runtime disagree on the ABI"
     )
 
 
-def _take_trace(ctx: ctypes.Array) -> Any:
-    """Copy the kernel's trace records into numpy and free the native buffer."""
+def _take_trace(ctx: ctypes.Array, keep: bool = True) -> Any:
+    """Copy the kernel's trace records into numpy (unless `keep` is false: a failed launch's trace
+    is never timed) and free the native buffer."""
     ptr, n = ctx[CTX_TRACE_PTR], ctx[CTX_TRACE_LEN]
     if not ptr:
+        return None
+    if not keep:
+        _libc.free(ptr)
+        ctx[CTX_TRACE_PTR] = 0
         return None
     try:
         import numpy as np
@@ -227,11 +258,13 @@ def run_grid(
     abi: KernelABI,
     spans: Sequence[int] = (),
     metadata: Any = None,
+    spec: Any = None,
 ) -> LaunchResult:
     """Run every program of `grid` through entry `fn`, raise on a device error, notify listeners.
 
     `fn` comes from `entry_function`, `slots` from `make_slots`. An empty grid runs nothing and is not
-    reported to listeners. `metadata` is passed through to listeners (defaults to `abi`).
+    reported to listeners. `metadata` is passed through to listeners (defaults to `abi`). `spec` (the
+    target) sizes the watchdog's simulated-cycle bound; without it only the host-time limit applies.
     """
     gx, gy, gz = grid
     if gx < 0 or gy < 0 or gz < 0:
@@ -240,11 +273,13 @@ def run_grid(
         return LaunchResult((gx, gy, gz))
     ctx = _Ctx()
     ctx[CTX_TRACE_ON] = 1 if tracing_enabled else 0
+    watchdog.arm(ctx, spec)
     t0 = time.perf_counter()
+    ret = None
     try:
         ret = fn(slots, gx, gy, gz, ctx)
     finally:
-        trace = _take_trace(ctx)
+        trace = _take_trace(ctx, keep=ret == 0 and ctx[CTX_STATUS] == 0)
     elapsed = time.perf_counter() - t0
     status = ret or ctx[CTX_STATUS]
     if status:

@@ -19,6 +19,7 @@ from .errors import (
     NMPOutOfBoundsError,
     NMPRuntimeError,
     NMPTargetError,
+    NMPTimeoutError,
 )
 from .placement import place, placement_signature
 from .target import TargetSpec, active_target, set_active_target
@@ -45,6 +46,8 @@ __all__ = [
     "NMPDeviceAssertError",
     "NMPLaunchError",
     "NMPTargetError",
+    "NMPTimeoutError",
+    "set_watchdog",
 ]
 
 
@@ -78,6 +81,7 @@ _LAZY = {
     "prune_illegal": ("triton_nmp.tuning", "prune_illegal"),
     "TuningCache": ("triton_nmp.tuning", "TuningCache"),
     "check_config": ("triton_nmp.legality", "check_config"),
+    "set_watchdog": ("triton_nmp.simulator.watchdog", "set_watchdog"),
 }
 
 

@@ -21,6 +21,7 @@ Entry point of a compiled kernel::
     [CTX_TRACE_LEN]              records written
     [CTX_TRACE_CAP]              capacity of the array, in records (at most MAX_TRACE_RECORDS)
     [CTX_TRACE_ON]               non-zero: record the trace
+    [CTX_WD_*]                   the watchdog's words (simulator/watchdog.py documents them)
 
 A trace record is [kind, program, f0, ..., f5] (TRACE_WORDS words), in program order:
 
@@ -36,11 +37,19 @@ A trace record is [kind, program, f0, ..., f5] (TRACE_WORDS words), in program o
 from __future__ import annotations
 
 # -- context block -----------------------------------------------------------------------------------
-CTX_WORDS = 64
+CTX_WORDS = 80
 CTX_STATUS, CTX_SITE, CTX_ARG, CTX_LO, CTX_HI, CTX_PID = 0, 1, 2, 3, 4, 5
 COUNTERS_BASE = 8
 CTX_TRACE_PTR, CTX_TRACE_LEN, CTX_TRACE_CAP, CTX_TRACE_ON = 48, 49, 50, 51
 MAX_COUNTERS = CTX_TRACE_PTR - COUNTERS_BASE
+# The watchdog (simulator/watchdog.py): ticks left before the next check, loop iterations checked so far,
+# host monotonic deadline (ns, 0: none), when to look at signals next (ns), whether to (main thread),
+# a stop request, the simulated-cycle limit and its cost coefficients (doubles), a parked exception.
+CTX_WD_TICKS, CTX_WD_ITERS, CTX_WD_DEADLINE_NS, CTX_WD_NEXT_SIGNAL_NS, CTX_WD_SIGNALS, CTX_WD_STOP = range(52, 58)
+CTX_WD_CYCLE_LIMIT, CTX_WD_C_BYTE, CTX_WD_C_MAC, CTX_WD_C_VEC, CTX_WD_C_ITER = range(58, 63)
+CTX_WD_EXC = 64  # three words: type, value, traceback (owned references, PyErr_Fetch)
+WATCHDOG_TICKS = 1024  # back-edges and programs between two checks
+SIGNAL_CHECK_NS = 50_000_000  # at most 20 GIL acquisitions per second to look for Ctrl-C
 
 # Counters the compiled code accumulates in ctx[COUNTERS_BASE:], in this order (metadata["nmp_counters"]).
 COUNTERS = ("programs", "dma_loads", "dma_load_bytes", "dma_stores", "dma_store_bytes", "gather_elems",
@@ -48,6 +57,7 @@ COUNTERS = ("programs", "dma_loads", "dma_load_bytes", "dma_stores", "dma_store_
 
 # -- status codes --------------------------------------------------------------------------------------
 STATUS_OK, STATUS_OUT_OF_BOUNDS, STATUS_ASSERT, STATUS_NO_MEMORY = 0, 1, 2, 3
+STATUS_TIMEOUT, STATUS_CYCLE_LIMIT, STATUS_INTERRUPTED = 4, 5, 6  # the watchdog stopped the launch
 
 # -- execution trace -----------------------------------------------------------------------------------
 TRACE_WORDS = 8

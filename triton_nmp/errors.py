@@ -43,6 +43,10 @@ class NMPDeviceAssertError(NMPRuntimeError, AssertionError):
     """A `tl.device_assert` failed in a kernel."""
 
 
+class NMPTimeoutError(NMPRuntimeError, TimeoutError):
+    """The watchdog stopped a launch that ran past its host-time or simulated-cycle limit."""
+
+
 class NMPLaunchError(NMPRuntimeError, TypeError):
     """Arguments passed to a kernel launch cannot be marshalled (wrong type, non-CPU tensor, ...)."""
 
