@@ -60,8 +60,8 @@ def main() -> int:
     captured = {}
     real = runtime.run_grid
 
-    def spy(fn, slots, grid, abi, spans=(), metadata=None):
-        r = real(fn, slots, grid, abi, spans, metadata)
+    def spy(fn, slots, grid, abi, spans=(), metadata=None, *rest, **kw):
+        r = real(fn, slots, grid, abi, spans, metadata, *rest, **kw)
         captured["last"] = (list(slots), grid, metadata)
         return r
 

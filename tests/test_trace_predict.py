@@ -44,8 +44,8 @@ def test_predicted_trace_equals_simulated_trace(case, monkeypatch):
     seen = []
     real = launcher_mod.run_grid
 
-    def spy(fn, slots, grid, abi, spans=(), metadata=None, spec=None):
-        r = real(fn, slots, grid, abi, spans, metadata, spec)
+    def spy(fn, slots, grid, abi, spans=(), metadata=None, *rest, **kw):
+        r = real(fn, slots, grid, abi, spans, metadata, *rest, **kw)
         seen.append((list(slots), grid, metadata, r))
         return r
 
