@@ -1,4 +1,5 @@
-"""Multi-buffering and scratchpad use of matmul 1024^3 fp16, and the legality query's speed.
+"""Multi-buffering and scratchpad use of matmul 1024^3 fp16, the legality query's speed, and the
+scratchpad of the library-kernel corpus.
 
 Table 1: per tile size and num_stages (1 = no multi-buffering), the simulated time, the speedup
 over num_stages=1 of the same tiles (the baseline, measured in this run), and the scratchpad peak
@@ -8,18 +9,29 @@ DMA/compute balance is the tile's) and the default "interleaved" (remote-bound).
 Table 2: the legality query per config, cold (first config of a kernel: frontend to TTIR, lowering,
 planning) and warm (TTIR cached: lowering and planning only).
 
+Table 3 (`--corpus`): every case of the library-kernel corpus (`tests/corpus.py`) at every hidden size
+with every config its library ships: the scratchpad peak per program and the bytes spilled to the
+PU's bank now, against the same figures recorded before the leaner-buffer / strip-mining /
+spilling work (`benchmarks/corpus_baseline.json`, measured on main at the commit it names;
+`--record-baseline` rewrites it from the current tree).
+
     python benchmarks/scratchpad.py [--size 1024]
+    python benchmarks/scratchpad.py --corpus [--cases NAME ...]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 import torch
 import triton
+from _report import table  # noqa: E402  (benchmarks/ is sys.path[0] when run as a script)
 
 import triton_nmp
 from triton_nmp import examples as ex
@@ -32,7 +44,13 @@ TILES = [(32, 32, 32), (64, 64, 32), (64, 64, 64), (128, 128, 64), (128, 128, 12
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--corpus", action="store_true", help="only the corpus table (table 3)")
+    ap.add_argument("--cases", nargs="*", default=None, help="corpus cases to run (default: all)")
+    ap.add_argument("--record-baseline", action="store_true", help=f"write {BASELINE.name} from this tree")
     args = ap.parse_args()
+    if args.corpus or args.record_baseline:
+        triton_nmp.activate()
+        return corpus_table(args.cases, args.record_baseline)
     n = args.size
     triton_nmp.activate()
     spec = triton_nmp.active_target()
@@ -82,6 +100,67 @@ def main() -> int:
           f"cold (new tile sizes: frontend + lowering + plan) {1e3 * statistics.median(cold):.1f} ms "
           f"(goal < 200), warm (same TTIR, other num_stages) {1e3 * statistics.median(warm):.1f} ms (goal < 20); "
           f"first query of a new kernel {1e3 * first:.1f} ms")
+    return 0
+
+
+BASELINE = Path(__file__).with_name("corpus_baseline.json")
+
+
+def _corpus_rows(names: list[str] | None) -> list[dict]:
+    """Legality verdicts of every corpus case x hidden size x config (compile only: no LLVM, no run)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root: tests.corpus
+    from tests.corpus import CASES
+
+    rows = []
+    for case in CASES:
+        if names and case.name not in names:
+            continue
+        for hidden in case.sizes:
+            for cfg in case.configs(hidden):
+                ln = case.launch(hidden, case.rows, cfg, meta=True)
+                v = check_config(case.kernel, ln.args, cfg)
+                rows.append({"case": case.name, "hidden": hidden, "config": _cfg_text(cfg), "legal": v.legal,
+                             "peak": v.spm_peak_bytes, "spill": getattr(v, "spill_bytes", 0),
+                             "reason": "" if v.legal else v.reason})
+    return rows
+
+
+def _cfg_text(cfg: dict) -> str:
+    short = {"BLOCK_SIZE_M": "BM", "BLOCK_SIZE_N": "BN", "BLOCK_SIZE_K": "BK", "GROUP_SIZE_M": "G",
+             "num_stages": "s"}
+    return ",".join(f"{short.get(k, k)}={v}" for k, v in cfg.items())
+
+
+def corpus_table(names: list[str] | None, record: bool) -> int:
+    rows = _corpus_rows(names)
+    if record:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=Path(__file__).parent).stdout.strip()
+        BASELINE.write_text(json.dumps({"commit": commit, "rows": rows}, indent=1) + "\n")
+        print(f"wrote {BASELINE} ({len(rows)} rows, commit {commit})")
+    base = json.loads(BASELINE.read_text()) if BASELINE.exists() else {"commit": "-", "rows": []}
+    before = {(r["case"], r["hidden"], r["config"]): r for r in base["rows"]}
+    spec = triton_nmp.active_target()
+    print(f"corpus scratchpad per program on {spec.name} ({spec.spm_bytes} B); before = main at {base['commit']}")
+    header = ["case", "hidden", "config", "before peak", "before", "peak", "spilled", "now", "peak after/before"]
+    out = []
+    for r in rows:
+        b = before.get((r["case"], r["hidden"], r["config"]))
+        bpeak = str(b["peak"]) if b else "-"
+        bok = ("fits" if b["legal"] else "REFUSED") if b else "-"
+        ratio = f"{r['peak'] / b['peak']:.2f}" if b and b["peak"] else "-"
+        out.append([r["case"], str(r["hidden"]), r["config"], bpeak, bok, str(r["peak"]), str(r["spill"]),
+                    "fits" if r["legal"] else "REFUSED", ratio])
+    print(table(header, out, {1, 3, 5, 6, 8}))
+    legal = sum(r["legal"] for r in rows)
+    spilled = sum(1 for r in rows if r["spill"])
+    fit_before = sum(1 for r in rows if before.get((r["case"], r["hidden"], r["config"]), {}).get("legal"))
+    regressions = [r for r in rows if r["spill"] and before.get((r["case"], r["hidden"], r["config"]), {}).get("legal")]
+    print(f"\n{legal} of {len(rows)} compile now ({fit_before} before); {spilled} spill; "
+          f"{len(regressions)} spill although they fit before")
+    for r in rows:
+        if not r["legal"]:
+            print(f"REFUSED {r['case']} hidden={r['hidden']} {r['config']}: {r['reason']}")
     return 0
 
 
