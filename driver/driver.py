@@ -123,12 +123,16 @@ class NMPDriver(DriverBase):
     # -- target and device -------------------------------------------------------------------------
 
     def get_current_target(self) -> GPUTarget:
+        """`GPUTarget("cpu", "<target>:<hash>", 1)`: Triton's name for the backend of CPU tensors, so code that
+        turns the name into a torch device works (`"nmp"` when another backend owns "cpu": see
+        `triton_nmp.triton_name`)."""
         from triton_nmp.target import active_target
+        from triton_nmp.triton_name import triton_name
 
         spec = active_target()
         cached = self._target_cache
         if cached is None or cached[0] is not spec:
-            cached = (spec, GPUTarget("nmp", target_arch(spec), 1))
+            cached = (spec, GPUTarget(triton_name(), target_arch(spec), 1))
             self._target_cache = cached
         return cached[1]
 

@@ -93,13 +93,13 @@ def test_verifier_rejects_use_before_definition():
 
 
 def test_backend_hash_changes_with_target():
-    from triton_nmp.backend.compiler import NMPBackend
+    from triton.compiler.compiler import make_backend
 
     drv = triton_nmp.activate()
-    h1 = NMPBackend(drv.get_current_target()).hash()
+    h1 = make_backend(drv.get_current_target()).hash()
     previous = triton_nmp.set_active_target(triton_nmp.TargetSpec.load("upmem-like"))
     try:
-        h2 = NMPBackend(drv.get_current_target()).hash()
+        h2 = make_backend(drv.get_current_target()).hash()
     finally:
         triton_nmp.set_active_target(previous)
     assert h1 != h2

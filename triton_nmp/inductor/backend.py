@@ -1,0 +1,95 @@
+"""The Dynamo backend `nmp`: Inductor with Triton code generation for CPU tensors, compiled for nmp.
+
+Registered through the `torch_dynamo_backends` entry point, so `torch.compile(model, backend="nmp")` works
+after `pip install` without importing triton_nmp. `mode` takes Inductor's names: "default" (one config per
+kernel chosen by nmp's heuristics and cost model: nothing is simulated while compiling), "max-autotune" (the
+cost model's top candidates of each matmul are simulated and the fastest in simulated time wins);
+"reduce-overhead" and "max-autotune-no-cudagraphs" are accepted (nmp has no CUDA graphs). `options` are
+Inductor config options, applied over the backend's own.
+
+Matmuls and batched matmuls go through Inductor's Triton templates (`max_autotune_gemm_backends="TRITON"`),
+never to host ATen kernels; whatever still runs on the host is counted per graph (`graphs.CompiledGraph`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from triton_nmp.errors import NMPError
+
+from . import graphs, install
+
+__all__ = ["nmp", "MODES", "config_patches"]
+
+MODES: dict[str, dict[str, Any]] = {
+    "default": {},
+    "reduce-overhead": {},
+    "max-autotune": {"max_autotune": True},
+    "max-autotune-no-cudagraphs": {"max_autotune": True},
+}
+
+
+def config_patches(mode: str | None, options: dict[str, Any] | None) -> dict[str, Any]:
+    """The Inductor config the backend compiles with for `mode` and the user's `options`."""
+    from .choices import NMPChoices
+
+    name = mode or "default"
+    if name not in MODES:
+        raise NMPError(f"torch.compile(backend='nmp'): unknown mode {mode!r}; choose one of {', '.join(MODES)}")
+    patches: dict[str, Any] = {
+        "cpu_backend": "triton",
+        "inductor_choices_class": NMPChoices,
+        # matmuls through Inductor's Triton templates, not host ATen: in default mode the heuristics offer one
+        # config, so nothing is benchmarked
+        "max_autotune_gemm": True,
+        "max_autotune_gemm_backends": "TRITON",
+        "coordinate_descent_tuning": False,
+        "triton.cudagraphs": False,
+    }
+    patches.update(MODES[name])
+    patches.update(options or {})
+    return patches
+
+
+def _check_inputs(example_inputs: Any) -> None:
+    for i, x in enumerate(example_inputs):
+        if isinstance(x, torch.Tensor) and x.device.type != "cpu":
+            raise NMPError(f"torch.compile(backend='nmp'): graph input {i} is on device '{x.device}'; nmp kernels "
+                           f"take CPU tensors (nmp is simulated on the host): move the model and inputs to 'cpu'")
+
+
+def nmp(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str | None = None,
+        options: dict[str, Any] | None = None) -> Any:
+    """Compile `gm` with Inductor for nmp (the `torch_dynamo_backends` entry point)."""
+    from torch._functorch import config as functorch_config
+    from torch._inductor import config
+    from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+
+    install()
+    _check_inputs(example_inputs)
+    patches = config_patches(mode, options)
+    record = graphs.CompiledGraph(dynamo_graph=gm, example_inputs=list(example_inputs), mode=mode or "default")
+
+    def inner_compile(graph: torch.fx.GraphModule, inputs: Any, **kwargs: Any) -> Any:
+        out = compile_fx_inner(graph, inputs, **kwargs)
+        record.aten_graphs.append(graph)
+        source = getattr(out, "source_code", None)
+        if source:
+            record.source_code.append(source)
+            record.kernels.extend(graphs.kernels_in(source))
+            record.host_fallbacks.extend(graphs.host_fallbacks_in(source))
+        return out
+
+    t0 = time.perf_counter()
+    try:
+        # AOT autograd's own cache would skip inner_compile on a hit, and with it the record of what runs;
+        # Inductor's FX graph cache still serves the compiled code
+        with config.patch(patches), functorch_config.patch(enable_autograd_cache=False):
+            compiled = compile_fx(gm, example_inputs, inner_compile=inner_compile)
+    finally:
+        record.compile_seconds = time.perf_counter() - t0
+        graphs.keep(record)
+    return compiled
