@@ -23,6 +23,7 @@ from triton_nmp.driver import NMPDriver, NMPLauncher, NMPUtils, device_interface
 from triton_nmp.errors import NMPDeviceAssertError, NMPLaunchError, NMPOutOfBoundsError, NMPRuntimeError
 from triton_nmp.simulator import loader, runtime
 from triton_nmp.target import active_target
+from triton_nmp.triton_name import triton_name
 
 # ----------------------------------------------------------------------------------------------
 # Hand-written kernels
@@ -649,8 +650,8 @@ def test_driver_target_and_properties(monkeypatch: pytest.MonkeyPatch) -> None:
     assert NMPDriver.is_active()  # this test machine has no GPU
     monkeypatch.setenv("TRITON_DEFAULT_BACKEND", "nmp")
     assert NMPDriver.is_active()
-    # Triton's name for the backend of CPU tensors (triton_nmp.triton_name): no other "cpu" backend is installed
-    assert d.get_current_target() == GPUTarget("cpu", f"{spec.name}:{spec.hash()[:16]}", 1)
+    # Triton's name for the backend of CPU tensors ("cpu" unless another backend owns it: triton_nmp.triton_name)
+    assert d.get_current_target() == GPUTarget(triton_name(), f"{spec.name}:{spec.hash()[:16]}", 1)
     assert d.get_active_torch_device() == torch.device("cpu")
     assert (d.get_current_device(), d.get_current_stream(0)) == (0, 0)
     d.set_current_device(0)

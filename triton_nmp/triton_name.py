@@ -31,23 +31,29 @@ from __future__ import annotations
 import functools
 from importlib.metadata import EntryPoint, entry_points
 
-__all__ = ["CPU_ENTRY", "triton_name", "foreign_cpu_backend", "owns_cpu_name"]
+__all__ = ["CPU_ENTRY", "triton_name", "foreign_cpu_backend", "cpu_entry_registered", "owns_cpu_name"]
 
 CPU_ENTRY = "triton_nmp.cpu_backend"  # our `triton.backends` entry point value for the name "cpu"
 
 
 @functools.cache
+def _cpu_entries() -> tuple[EntryPoint, ...]:
+    return tuple(ep for ep in entry_points(group="triton.backends") if ep.name == "cpu")
+
+
 def foreign_cpu_backend() -> EntryPoint | None:
     """The `triton.backends` entry point named "cpu" that is not ours (Triton-CPU), if one is installed."""
-    for ep in entry_points(group="triton.backends"):
-        if ep.name == "cpu" and ep.value != CPU_ENTRY:
-            return ep
-    return None
+    return next((ep for ep in _cpu_entries() if ep.value != CPU_ENTRY), None)
+
+
+def cpu_entry_registered() -> bool:
+    """Our "cpu" entry point is installed (an install older than it has only "nmp": reinstall to get it)."""
+    return any(ep.value == CPU_ENTRY for ep in _cpu_entries())
 
 
 def owns_cpu_name() -> bool:
     """True when nmp is Triton's "cpu" backend in this environment."""
-    return foreign_cpu_backend() is None
+    return cpu_entry_registered() and foreign_cpu_backend() is None
 
 
 def triton_name() -> str:

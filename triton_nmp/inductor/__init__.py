@@ -27,13 +27,16 @@ def install() -> None:
     if _installed:
         return
     from triton_nmp.errors import NMPError
-    from triton_nmp.triton_name import foreign_cpu_backend
+    from triton_nmp.triton_name import cpu_entry_registered, foreign_cpu_backend
 
     foreign = foreign_cpu_backend()
     if foreign is not None:
         raise NMPError(
             f"Triton's 'cpu' backend is '{foreign.value}' (installed by another package), so Inductor's CPU "
             f"kernels go there, not to nmp; uninstall it to compile PyTorch models for nmp")
+    if not cpu_entry_registered():
+        raise NMPError("triton-nmp's Triton entry point 'cpu' is not registered (an install older than this "
+                       "source tree); reinstall triton-nmp (pip install -e .) to compile PyTorch models for nmp")
     from . import benchmarking, device, workarounds
 
     device.install()
