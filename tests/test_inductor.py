@@ -72,8 +72,10 @@ def test_plain_inductor_with_triton_cpu_backend_targets_nmp():
 
 def test_compile_workers_find_the_backend(tmp_path):
     """Kernels compiled by Inductor's worker subprocesses are compiled for nmp (the parent only loads them)."""
-    out = run_python("""
-        import torch
+    custom = tmp_path / "my-nmp.toml"  # a target only this parent process knows (the workers start without it)
+    custom.write_text(triton_nmp.TargetSpec.load("nmp-64").to_toml().replace('name = "nmp-64"', 'name = "my-nmp"'))
+    out = run_python(f"""
+        import torch, triton_nmp
         from torch._inductor.async_compile import AsyncCompile
         import triton_nmp.backend.compiler as compiler
 
@@ -83,12 +85,14 @@ def test_compile_workers_find_the_backend(tmp_path):
         AsyncCompile.warm_pool()
         AsyncCompile.wait_pool_ready()
         assert AsyncCompile.use_process_pool()
+        triton_nmp.activate(target="{custom}")
         f = torch.compile(lambda x, y: torch.tanh(x) * y - 1, backend="nmp")
         x, y = torch.randn(500), torch.randn(500)
         torch.testing.assert_close(f(x, y), torch.tanh(x) * y - 1)
         print("PARENT_COMPILES", len(parent_compiles))
-    """, tmp_path, {"TORCHINDUCTOR_COMPILE_THREADS": "2"})
-    assert "PARENT_COMPILES 0" in out
+        print("ARCH", "'my-nmp:" in triton_nmp.inductor.compiled_graphs()[-1].source_code[0])
+    """, tmp_path, {"TORCHINDUCTOR_COMPILE_THREADS": "2", "TRITON_NMP_CACHE_DIR": str(tmp_path / "nmp")})
+    assert "PARENT_COMPILES 0" in out and "ARCH True" in out
 
 
 def test_user_triton_kernel_inside_compiled_function_has_no_graph_break():

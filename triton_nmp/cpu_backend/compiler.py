@@ -33,22 +33,9 @@ else:
 
         def __init__(self, target: _GPUTarget) -> None:
             from triton_nmp import target_registry
+            from triton_nmp.target import target_arch
 
-            self.spec = target_registry.resolve(str(target.arch))
-            super().__init__(_GPUTarget("cpu", target_registry.arch_of(self.spec), 1))
-
-        def add_stages(self, stages: dict, options: object, language) -> None:
-            from triton_nmp.target_registry import compiling_for
-
-            super().add_stages(stages, options, language)
-            spec = self.spec
-
-            def on_target(stage):
-                def run(src, metadata):
-                    with compiling_for(spec):
-                        return stage(src, metadata)
-
-                return run
-
-            for name in list(stages):
-                stages[name] = on_target(stages[name])
+            # Inductor's GPUTarget("cpu", "", 32) means the active target; an arch published by another
+            # process (a compile worker's parent) is loaded from the registry. The stages read the spec back
+            # from the options' arch.
+            super().__init__(_GPUTarget("cpu", target_arch(target_registry.resolve(str(target.arch))), 1))
