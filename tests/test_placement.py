@@ -207,3 +207,29 @@ def test_too_big_for_one_bank():
         place(torch.zeros(2048), "blocked")  # 2 KiB per bank fits
     finally:
         set_active_target(previous)
+
+
+def test_freeing_a_placed_tensor_inside_place_does_not_deadlock():
+    """The GC runs a placed tensor's finalizer at any allocation, also inside place() while it holds the
+    registry lock (seen as a hang of the whole test suite): the finalizer must not block."""
+    import threading
+
+    from triton_nmp import placement as pl
+
+    doomed = pl.place(torch.zeros(256), "blocked")
+    gen = pl.placement_generation()
+    ptr, nbytes = doomed.data_ptr(), doomed.numel() * doomed.element_size()
+    done = threading.Event()
+
+    def finalizer_inside_place() -> None:
+        with pl._lock:  # what place() holds when the collector runs the finalizer on its thread
+            nonlocal doomed
+            del doomed  # the storage dies here: its finalizer runs now, on this thread
+        done.set()
+
+    t = threading.Thread(target=finalizer_inside_place, daemon=True)
+    t.start()
+    t.join(timeout=30)
+    assert done.is_set(), "a placed tensor freed while the registry lock was held deadlocked"
+    assert pl.placement_generation() != gen  # the freed entry is forgotten before the next lookup
+    assert pl.placement_of(ptr, nbytes).policy == "interleaved"

@@ -181,12 +181,21 @@ _lock = threading.Lock()
 _entries: dict[int, _Entry] = {}  # token -> entry; tokens increase, so the newest entry wins lookups
 _tokens = itertools.count(1)
 _generation = 0
+_freed: list[int] = []  # tokens of placed tensors freed since the registry last looked (see _drop)
 
 
 def _drop(token: int) -> None:
+    """Finalizer of a placed tensor's storage. The garbage collector runs it at any allocation, also
+    inside `place()` on a thread that holds `_lock` (a lock taken here deadlocked there), so it
+    only queues the token; the registry applies the queue under its lock before each use."""
+    _freed.append(token)
+
+
+def _apply_freed() -> None:
+    """Forget the entries of freed tensors; the caller holds `_lock`."""
     global _generation
-    with _lock:
-        if _entries.pop(token, None) is not None:
+    while _freed:
+        if _entries.pop(_freed.pop(), None) is not None:
             _generation += 1
 
 
@@ -194,6 +203,7 @@ def clear_placements() -> None:
     """Forget every placement (tests; tensors already placed fall back to interleaved)."""
     global _generation
     with _lock:
+        _freed.clear()
         _entries.clear()
         _generation += 1
 
@@ -201,6 +211,9 @@ def clear_placements() -> None:
 def placement_generation() -> int:
     """Changes whenever the registry does (a place(), a placed tensor freed): callers that cache
     `placement_of` results (the launcher) revalidate with it."""
+    if _freed:
+        with _lock:
+            _apply_freed()
     return _generation
 
 
@@ -286,8 +299,10 @@ def place(tensor: Any, policy: str = "interleaved", *, bank: int | None = None, 
     placement = Placement(policy, bank if policy == "bank" else None, gran, nbytes, start)
     global _generation
     token = next(_tokens)
+    entry = _Entry(start, start + nbytes, placement)
     with _lock:
-        _entries[token] = _Entry(start, start + nbytes, placement)
+        _apply_freed()
+        _entries[token] = entry
         _generation += 1
     weakref.finalize(tensor.untyped_storage(), _drop, token)
     return tensor
@@ -298,6 +313,7 @@ def placement_of(data_ptr: int, nbytes: int) -> Placement:
     else the default (interleaved relative to `data_ptr`)."""
     end = data_ptr + max(int(nbytes), 0)
     with _lock:
+        _apply_freed()
         best = None
         for token, e in _entries.items():
             if e.start <= data_ptr and end <= e.end and (best is None or token > best[0]):
