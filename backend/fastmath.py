@@ -3,8 +3,10 @@
 `llvm.exp.f32` becomes a call to libm's scalar `expf`, which keeps LLVM from vectorising the loop
 around it; softmax and attention spend most of their simulation time there. This is Cephes' expf
 scheme: n = round(x / ln 2), r = x - n ln 2 (ln 2 split in two for precision), exp(r) by a degree-5
-polynomial, then the exponent bits scaled by n. Accurate to about 1 ulp over the normal range;
-results below the smallest normal are flushed to 0, +-inf and NaN behave as in libm.
+polynomial, then the exponent bits scaled by n. Accurate to about 1 ulp over the normal range.
+Results below the smallest normal stay subnormal (gradual underflow, as libm and torch give): the
+scaling by 2**n is done in two exact steps there, so the result is rounded once, by the last multiply.
++-inf and NaN behave as in libm.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ _LN2_HI = 0.693359375
 _LN2_LO = -2.12194440e-4
 _POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)
 _MAX_X = 88.7228391  # exp overflows to inf above
-_MIN_X = -87.3365448  # below: smaller than the smallest normal float, flushed to 0
+_MIN_X = -110.0  # below: smaller than half the smallest subnormal (e**-103.98), rounds to 0
+_MIN_X2 = -160.0  # the same for 2**x (2**-150)
 
 
 def _f(v: float) -> ir.Constant:
@@ -33,7 +36,7 @@ def _intrinsic(b: ir.IRBuilder, name: str, args: list[ir.Value]) -> ir.Value:
 
 
 def _scaled(b: ir.IRBuilder, r: ir.Value, n: ir.Value) -> ir.Value:
-    """exp(r) * 2**n for |r| <= ln(2)/2 and integral n in the normal exponent range."""
+    """exp(r) * 2**n for |r| <= ln(2)/2 and integral n in [-160, 128]."""
     p = _f(_POLY[0])
     for c in _POLY[1:]:
         p = b.fadd(b.fmul(p, r), _f(c))
@@ -42,6 +45,11 @@ def _scaled(b: ir.IRBuilder, r: ir.Value, n: ir.Value) -> ir.Value:
     top = b.fcmp_ordered(">", n, _f(127.0))
     y = b.select(top, b.fmul(y, _f(2.0)), y)
     n = b.select(top, _f(127.0), n)
+    # n below -126: 2**n is not a normal float. Scale y by 2**-64 first (exact: y is near 1) and the
+    # rest by 2**(n + 64) (normal), so the one inexact step is the final multiply into the subnormals.
+    low = b.fcmp_ordered("<", n, _f(-126.0))
+    y = b.select(low, b.fmul(y, _f(2.0 ** -64)), y)
+    n = b.select(low, b.fadd(n, _f(64.0)), n)
     scale = b.bitcast(b.shl(b.add(b.fptosi(n, I32), ir.Constant(I32, 127)), ir.Constant(I32, 23)), F32)
     return b.fmul(y, scale)
 
@@ -62,7 +70,7 @@ def exp_f32(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
 
 def exp2_f32(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """2**x for an fp32 value: n = round(x) exactly, exp((x - n) ln 2) by the same polynomial."""
-    xc = _intrinsic(b, "minnum", [_intrinsic(b, "maxnum", [x, _f(-126.0)]), _f(128.0)])
+    xc = _intrinsic(b, "minnum", [_intrinsic(b, "maxnum", [x, _f(_MIN_X2)]), _f(128.0)])
     n = _intrinsic(b, "rint", [xc])
     r = b.fmul(b.fsub(xc, n), _f(0.6931471805599453))
-    return _edges(b, x, _scaled(b, r, n), -126.0, 128.0)
+    return _edges(b, x, _scaled(b, r, n), _MIN_X2, 128.0)

@@ -308,6 +308,41 @@ def test_math_functions_match_interpreter(dt: torch.dtype) -> None:
                     atol=1e-6, rtol=1e-6 if dt == torch.float32 else 1e-12)
 
 
+def _ulps_apart(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Distance in units of the last place, through the ordered integer view of the bits."""
+    ib = {torch.float32: torch.int32, torch.float64: torch.int64}[a.dtype]
+    ia, ib_ = a.view(ib).to(torch.int64), b.view(ib).to(torch.int64)
+    ia = torch.where(ia < 0, -(ia & (2 ** (a.element_size() * 8 - 1) - 1)), ia)
+    ib_ = torch.where(ib_ < 0, -(ib_ & (2 ** (b.element_size() * 8 - 1) - 1)), ib_)
+    return (ia - ib_).abs()
+
+
+@pytest.mark.parametrize("dt", [torch.float32, torch.float64])
+def test_transcendentals_keep_subnormal_results(dt: torch.dtype) -> None:
+    """Results below the smallest normal are subnormal, as torch gives, not flushed to 0: exp/exp2
+    (fp32 uses the inline vectorisable exp, fp64 libm) near underflow, and log/sqrt/sin/... of
+    subnormal inputs. 1 ulp (of the subnormal spacing) for libm-vs-torch differences."""
+    if dt == torch.float32:
+        x = torch.tensor([-87.78, -88.5, -95.0, -100.0, -103.5, -103.97, -104.0, -120.0, -87.3, -126.5, -140.0,
+                          -149.4, -149.6, -150.2, -1e4, 1.0e-40, 3.0e-39, 1.4e-45, 1.1e-38, 2.5, -0.5], dtype=dt)
+    else:
+        x = torch.tensor([-708.5, -710.0, -730.0, -744.0, -745.1, -746.0, -1e4, 1e-310, 3e-320, 4.9e-324,
+                          2e-308, 2.5, -0.5, -1022.5, -1060.0, -1074.4, -1074.6, -1080.0, -1e5, 0.1, 7.0], dtype=dt)
+    n = x.numel()
+    got = run_nmp(math_kernel, (1,), x, torch.zeros(18 * n, dtype=dt), n, BLOCK=32)[1].view(18, n)
+    ax = x.abs() + 0.25
+    expect = {0: torch.exp(x), 1: torch.exp2(x), 7: torch.sin(x), 8: torch.cos(x), 15: -x}
+    for row, ref in expect.items():
+        assert int(_ulps_apart(got[row], ref).max()) <= 1, (row, got[row].tolist(), ref.tolist())
+    exp_sub, exp2_sub = (slice(0, 6), slice(9, 13)) if dt == torch.float32 else (slice(0, 5), slice(13, 17))
+    assert bool((got[0][exp_sub] > 0).all()) and bool((got[1][exp2_sub] > 0).all())  # the subnormals themselves
+    assert int(_ulps_apart(got[4], torch.sqrt(ax)).max()) <= 1 and int(_ulps_apart(got[2], torch.log(ax)).max()) <= 1
+    tiny = x[x.abs() < torch.finfo(dt).tiny]
+    y = torch.zeros(18 * tiny.numel(), dtype=dt)
+    sub = run_nmp(math_kernel, (1,), tiny * 1.0, y, tiny.numel(), BLOCK=32)[1].view(18, -1)
+    assert torch.equal(sub[7], torch.sin(tiny)) and torch.equal(sub[15], -tiny)  # sin(x) = x: kept
+
+
 @triton.jit
 def int_math_kernel(x_ptr, o_ptr, n, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
