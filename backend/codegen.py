@@ -736,6 +736,7 @@ class KernelCodegen(LanguageCodegen):
         n = shape[axis]
         inner = _prod(shape[axis + 1:])
         region = op.regions[0].block
+        combine = self._combiner(region, [x.type.elem for x in inputs])
         b = self.b
         results = op.results
         scalar_out = not results[0].type.is_tensor
@@ -768,13 +769,13 @@ class KernelCodegen(LanguageCodegen):
                 new = []
                 for j in range(lanes):
                     vals = [self.load_elem(x, at(o, b.add(base, _i64(j)))) for x in inputs]
-                    new += self._combine(region, flat[j * width:(j + 1) * width], vals)
+                    new += combine(flat[j * width:(j + 1) * width], vals)
                 return new
 
             flat = self._carried_loop("red", 1, n // lanes, [v for lane in init for v in lane], step)
             parts = [flat[j * width:(j + 1) * width] for j in range(lanes)]
             while len(parts) > 1:  # pairwise tree of the lanes' partial results
-                parts = [self._combine(region, parts[k], parts[k + 1]) for k in range(0, len(parts), 2)]
+                parts = [combine(parts[k], parts[k + 1]) for k in range(0, len(parts), 2)]
             final = parts[0]
             if scalar_out:
                 out_vals[0] = final
@@ -786,7 +787,7 @@ class KernelCodegen(LanguageCodegen):
         if scalar_out:
             per_position(_i64(0), _i64(0))
             for res, p in zip(results, out_vals[0]):
-                self.vals[id(res)] = p
+                self.vals[id(res)] = round_to(b, p, res.type)  # a wide fp16/bf16 sum rounds here
         else:
             self.loop(outer, lambda o: self.loop(inner, lambda i: per_position(o, i)))
         self.count("vec_elems", _i64(_prod(shape)))

@@ -86,6 +86,24 @@ class LanguageCodegen:
                 self.emit_block([inner])
         return out
 
+    def _combiner(self, region_block, elems: list[str]):
+        """The combine function of a reduce/scan as `(accs, vals) -> results` on compute values.
+
+        A sum or product of fp16/bf16 (`tl.sum`, `tl.cumsum`, `tl.cumprod`, or a user `a + b` / `a * b`)
+        accumulates in fp32, its compute representation, and is rounded to the narrow type once per
+        result, when the result is stored: torch does the same, and so does the interpreter's numpy
+        sum along a row. Rounding every partial sum (the region as written) loses ~log2(n) bits on long
+        rows. Any other region runs as written, rounding after each op."""
+        ops = region_block.ops
+        if len(elems) == 1 and elems[0] in ("f16", "bf16") and len(ops) == 2 and ops[1].name == "nmp.yield":
+            op, ret = ops
+            args = {id(a) for a in region_block.args}
+            if (op.name in ("arith.addf", "arith.mulf") and ret.operands[0] is op.results[0]
+                    and len(op.operands) == 2 and {id(x) for x in op.operands} == args):
+                wide = self.b.fadd if op.name == "arith.addf" else self.b.fmul
+                return lambda accs, vals: [wide(accs[0], vals[0])]
+        return lambda accs, vals: self._combine(region_block, accs, vals)
+
     def _carried_loop(self, name: str, lo: int, hi: ir.Value | int, init: list[ir.Value], body) -> list[ir.Value]:
         """`for k in range(lo, hi): vals = body(k, vals)` as one LLVM loop whose values live in phis
         (registers, not the scratchpad); returns the values after the loop."""
@@ -486,6 +504,7 @@ class LanguageCodegen:
         outer, n = _prod(shape[:axis]), shape[axis]
         inner = _prod(shape[axis + 1:])
         region = op.regions[0].block
+        combine = self._combiner(region, [x.type.elem for x in inputs])
         b = self.b
         self._charge(_prod(shape), inputs[0].type.elem, reduce_like=True, cls=region_class(region),
                      accesses=2 * len(inputs))
@@ -505,7 +524,7 @@ class LanguageCodegen:
 
             def step(kk, phis):
                 k = b.sub(_i64(n - 1), kk) if reverse else kk
-                new = self._combine(region, phis, [self.load_elem(x, at(o, k, i)) for x in inputs])
+                new = combine(phis, [self.load_elem(x, at(o, k, i)) for x in inputs])
                 for r, v in zip(op.results, new):
                     self.store_elem(r, at(o, k, i), v)
                 return new
