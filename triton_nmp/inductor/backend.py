@@ -47,6 +47,10 @@ def config_patches(mode: str | None, options: dict[str, Any] | None) -> dict[str
         "max_autotune_gemm": True,
         "max_autotune_gemm_backends": "TRITON",
         "coordinate_descent_tuning": False,
+        "triton.autotune_pointwise": False,  # one config per pointwise kernel: nothing simulated to pick it
+        # mix-order reductions assert on a split reduction whose input is pointwise (a decode-step bmm with
+        # M=1, lowered to mul+sum on CPU devices): `ir.Reduction.create`'s _find_split_reduction in 2.13
+        "triton.mix_order_reduction": False,
         "triton.cudagraphs": False,
     }
     patches.update(MODES[name])

@@ -1,22 +1,35 @@
 """`NMPChoices`: Inductor's heuristics on nmp's terms (`torch._inductor.choices.InductorChoices`).
 
 Installed with `config.inductor_choices_class` by the `nmp` backend; Inductor calls it while lowering and
-generating code, in the parent process only (its decisions are baked into the generated source, which is what
-compile workers see). `uuid()` is part of Inductor's FX graph cache key: it names the target and this
-package's sources, so a graph compiled for one nmp target (or an older triton-nmp) is never served for another.
+generating code, in the parent process (its decisions are baked into the generated source, which is what
+compile workers see).
+
+* `uuid()` is part of Inductor's FX graph cache key: it names the target and this package's sources, so a
+  graph compiled for one nmp target (or an older triton-nmp) is never served for another.
+* Matmul templates (mm/addmm/bmm/baddbmm): the candidate tiles come from `gemm.candidates` (sized for the
+  target's scratchpad and PUs, not triton-cpu's list), are ranked by `gemm.estimate`, and only the best one
+  (default mode) or the best `gemm.tuned_candidates(n)` (max-autotune, which then simulates them) become
+  Inductor choices. Every decision is logged in `gemm_selections()`.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from torch._inductor import config as inductor_config
 from torch._inductor.choices import InductorChoices
 
 from triton_nmp.target import active_target
 
-__all__ = ["NMPChoices", "sources_hash"]
+from . import gemm
+
+__all__ = ["NMPChoices", "sources_hash", "GemmSelection", "gemm_selections"]
+
+_GEMM_OPS = ("mm", "addmm", "bmm", "baddbmm")
 
 
 @functools.cache
@@ -31,8 +44,122 @@ def sources_hash() -> str:
     return h.hexdigest()
 
 
+@dataclass
+class GemmSelection:
+    """One matmul's template choice: its shape, the legal candidates, those kept for Inductor."""
+
+    op: str
+    m: int
+    n: int
+    k: int
+    batch: int
+    dtype: str
+    legal: int
+    kept: list[dict[str, int]] = field(default_factory=list)
+    estimates_us: list[float] = field(default_factory=list)
+
+
+_SELECTIONS: list[GemmSelection] = []
+
+
+def gemm_selections() -> list[GemmSelection]:
+    return list(_SELECTIONS)
+
+
+def _hint(x: Any) -> int:
+    from torch._inductor.virtualized import V
+
+    return int(V.graph.sizevars.optimization_hint(x, fallback=64))
+
+
+_DTYPE_NAMES = {"torch.float16": "fp16", "torch.bfloat16": "bf16", "torch.float32": "fp32", "torch.int8": "int8"}
+
+
+def _nmp_gemm_heuristic(base: type) -> type:
+    """`base` (Inductor's CPU heuristic class for a matmul template) with nmp's tile candidates."""
+
+    class NMPGemmHeuristic(base):  # type: ignore[misc, valid-type]
+        def preprocess_mm_configs(self, m: Any, n: Any, k: Any, configs: Any, has_int8_tensor: bool = False,
+                                  scale: float = 1.0, exclude: Any = None, dtype_size: int = 0,
+                                  op_name: str = "mm", **kwargs: Any):
+            size = dtype_size or 4
+            for t in gemm.candidates(_hint(m), _hint(n), _hint(k), size, size, active_target()):
+                yield self.triton_config(num_stages=t.num_stages, num_warps=4, BLOCK_M=t.block_m,
+                                         BLOCK_N=t.block_n, BLOCK_K=t.block_k, GROUP_M=t.group_m)
+
+    NMPGemmHeuristic.__name__ = NMPGemmHeuristic.__qualname__ = f"NMP{base.__name__}"
+    return NMPGemmHeuristic
+
+
+@functools.cache
+def _gemm_heuristic(template_uid: str, op_name: str) -> Any:
+    from torch._inductor.template_heuristics.registry import get_registered_heuristic_class
+
+    base = get_registered_heuristic_class(template_uid, "cpu", op_name)
+    return None if base is None else _nmp_gemm_heuristic(base)()
+
+
+def _gemm_templates() -> tuple[str, ...]:
+    from torch._inductor.kernel.bmm import bmm_template
+    from torch._inductor.kernel.mm import mm_template
+
+    return (mm_template.uid, bmm_template.uid)
+
+
 class NMPChoices(InductorChoices):
     """Inductor heuristics for nmp targets."""
 
     def uuid(self) -> str:
         return f"triton-nmp:{sources_hash()[:16]}:{active_target().hash()[:16]}"
+
+    def get_ktc(self, kernel_inputs: Any, template: Any, op_name: str, kwarg_overrides: Any = None):
+        if kernel_inputs.device_type == "cpu" and op_name in _GEMM_OPS and template.uid in _gemm_templates():
+            heuristic = _gemm_heuristic(template.uid, op_name)
+            if heuristic is not None:
+                from torch._inductor.kernel_template_choice import make_ktc_generator
+
+                return make_ktc_generator(
+                    template=template,
+                    cs=heuristic.get_template_configs(kernel_inputs, op_name),
+                    extra_kwargs=heuristic.get_extra_kwargs(kernel_inputs, op_name),
+                    overrides=kwarg_overrides or {},
+                    layout=kernel_inputs.output_layout(),
+                    inputs=heuristic.adjust_kernel_inputs(kernel_inputs, op_name),
+                )
+        return super().get_ktc(kernel_inputs, template, op_name, kwarg_overrides)
+
+    def _finalize_template_configs(self, template_choices: dict, kernel_inputs: Any, templates: list,
+                                   op_name: str, kwarg_overrides: Any = None) -> list:
+        choices = super()._finalize_template_configs(template_choices, kernel_inputs, templates, op_name,
+                                                     kwarg_overrides)
+        if op_name not in _GEMM_OPS or kernel_inputs.device_type != "cpu":
+            return choices
+        ours = [c for c in choices if c.template.uid in _gemm_templates()]
+        if not ours:
+            return choices
+        others = [c for c in choices if c.template.uid not in _gemm_templates()]
+        return self._select_gemm(ours, kernel_inputs, op_name) + others
+
+    def _select_gemm(self, ktcs: list, kernel_inputs: Any, op_name: str) -> list:
+        spec = active_target()
+        m, n, k = kernel_inputs.mnk_hinted()
+        batch = kernel_inputs.batch_hinted()
+        dtype = kernel_inputs.dtype()
+        size = dtype.itemsize
+        dname = _DTYPE_NAMES.get(str(dtype), "fp32")
+
+        def tile(ktc: Any) -> gemm.Tile:
+            kw = ktc.params.to_kwargs()
+            return gemm.Tile(kw["BLOCK_M"], kw["BLOCK_N"], kw["BLOCK_K"], kw["num_stages"], kw.get("GROUP_M", 8))
+
+        scored = sorted(((gemm.estimate(tile(c), m, n, k, batch, size, size, dname, spec), tile(c), i)
+                         for i, c in enumerate(ktcs)), key=lambda e: (e[0], e[1]))
+        keep = 1 if not (inductor_config.max_autotune or inductor_config.max_autotune_gemm_search_space
+                         == "EXHAUSTIVE") else gemm.tuned_candidates(len(scored))
+        kept = scored[:keep]
+        _SELECTIONS.append(GemmSelection(
+            op_name, m, n, k, batch, dname, len(scored),
+            [dict(BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_K=t.block_k, num_stages=t.num_stages)
+             for _, t, _ in kept],
+            [s * 1e6 for s, _, _ in kept]))
+        return [ktcs[i] for _, _, i in kept]

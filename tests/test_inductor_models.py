@@ -1,0 +1,100 @@
+"""GPT-2 and Llama-shaped decoders compiled with backend="nmp" (tiny configs of the same architectures; the full
+sizes run in benchmarks/llm.py and under -m slow), and matmul template selection on nmp's terms."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import triton_nmp
+from triton_nmp.inductor import choices, compiled_graphs, gemm, reset_tuning_stats, tuning_stats
+from triton_nmp.llm import build, greedy_generate
+from triton_nmp.triton_name import cpu_entry_registered
+
+pytestmark = pytest.mark.skipif(
+    not cpu_entry_registered(),
+    reason="triton-nmp's Triton entry point 'cpu' is not registered: reinstall (pip install -e .) to test this")
+
+
+def _compare(name: str, dtype: torch.dtype, prompt_len: int, new_tokens: int, atol: float, mode: str = "default"):
+    model = build(name, dtype, std=0.3)
+    twin = copy.deepcopy(model)
+    compiled = torch.compile(twin, backend="nmp", mode=mode)
+    prompt = torch.randint(0, model.cfg.vocab, (1, prompt_len), generator=torch.Generator().manual_seed(1))
+    want = greedy_generate(model, model, prompt, new_tokens)
+    got = greedy_generate(twin, compiled, prompt, new_tokens)
+    torch.testing.assert_close(got.prefill_logits, want.prefill_logits, atol=atol, rtol=atol)
+    for g, w in zip(got.decode_logits, want.decode_logits):
+        torch.testing.assert_close(g, w, atol=atol, rtol=atol)
+    assert got.tokens == want.tokens
+    assert len(set(want.tokens)) > 2  # the check means something: the tokens vary
+    return compiled_graphs()[-2:]
+
+
+def test_gpt2_tiny_fp32_prefill_decode_and_greedy_tokens_match_eager():
+    graphs = _compare("gpt2-tiny", torch.float32, prompt_len=16, new_tokens=6, atol=1e-4)
+    for g in graphs:  # prefill graph and decode graph
+        assert not g.host_fallbacks, g.summary()
+        assert any(k.startswith("triton_tem_") for k in g.kernels)  # matmuls are Triton templates on nmp
+
+
+def test_llama_tiny_fp16_prefill_decode_and_greedy_tokens_match_eager():
+    graphs = _compare("llama-tiny", torch.float16, prompt_len=12, new_tokens=6, atol=5e-2)
+    for g in graphs:
+        assert not g.host_fallbacks, g.summary()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,dtype,atol", [("gpt2", torch.float16, 5e-2), ("gpt2", torch.float32, 1e-3),
+                                             ("llama", torch.bfloat16, 1e-1), ("llama", torch.float32, 1e-3)])
+def test_full_size_models_match_eager(name, dtype, atol):
+    model = build(name, dtype)
+    twin = copy.deepcopy(model)
+    compiled = torch.compile(twin, backend="nmp")
+    prompt = torch.randint(0, model.cfg.vocab, (1, 512), generator=torch.Generator().manual_seed(1))
+    want = greedy_generate(model, model, prompt, 32)
+    got = greedy_generate(twin, compiled, prompt, 32)
+    torch.testing.assert_close(got.prefill_logits, want.prefill_logits, atol=atol, rtol=atol)
+    assert got.tokens == want.tokens
+
+
+def test_gemm_candidates_fit_the_scratchpad_and_rank_by_the_model():
+    spec = triton_nmp.active_target()
+    tiles = gemm.candidates(512, 768, 768, 2, 2, spec)
+    assert tiles and all(gemm.spm_bytes(t, 2, 2) <= spec.spm_bytes for t in tiles)
+    assert any(gemm.spm_bytes(gemm.Tile(256, 256, 256, 3), 2, 2) > spec.spm_bytes for _ in [0])
+    ranked = gemm.rank(tiles, 512, 768, 768, 1, 2, 2, "fp16", spec)
+    best = ranked[0]
+    # the best tile keeps most PUs busy (fewer, larger tiles move fewer bytes over the NoC)
+    assert (512 // best.block_m) * (768 // best.block_n) >= spec.num_pus // 2
+    est = [gemm.estimate(t, 512, 768, 768, 1, 2, 2, "fp16", spec) for t in ranked]
+    assert est == sorted(est)
+    assert gemm.tuned_candidates(100) <= 15 and gemm.tuned_candidates(4) == 3
+
+
+def test_default_mode_compiles_one_matmul_candidate_and_simulates_none():
+    a, b = torch.randn(128, 96), torch.randn(96, 160)
+    before = len(choices.gemm_selections())
+    reset_tuning_stats()
+    out = torch.compile(lambda x, y: (x @ y).relu(), backend="nmp")(a, b)
+    torch.testing.assert_close(out, (a @ b).relu(), atol=1e-4, rtol=1e-4)
+    sel = choices.gemm_selections()[before:]
+    assert len(sel) == 1 and len(sel[0].kept) == 1 and sel[0].legal > 10
+    assert tuning_stats().benchmarks == 0
+
+
+def test_max_autotune_simulates_few_candidates_and_takes_the_fastest():
+    a, b = torch.randn(256, 128), torch.randn(128, 192)
+    before = len(choices.gemm_selections())
+    reset_tuning_stats()
+    out = torch.compile(lambda x, y: x @ y, backend="nmp", mode="max-autotune")(a, b)
+    torch.testing.assert_close(out, a @ b, atol=1e-4, rtol=1e-4)
+    sel = choices.gemm_selections()[before:]
+    assert len(sel) == 1
+    kept, legal = len(sel[0].kept), sel[0].legal
+    assert 1 < kept <= max(3, 0.15 * legal)
+    stats = tuning_stats()
+    assert stats.benchmarks >= kept and stats.host_benchmarks == 0
+    assert 0 < stats.simulated <= 2 * stats.benchmarks  # one simulation per candidate (+ epilogue fusion)

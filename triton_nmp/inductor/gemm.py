@@ -1,0 +1,101 @@
+"""Matmul template configs sized for an nmp target, pruned by its scratchpad and ranked by its machine model.
+
+Inductor's mm/bmm Triton templates take BLOCK_M/N/K, GROUP_M and num_stages. Its CPU config list is sized
+for triton-cpu (and its GPU lists for SMs with registers): on nmp a program runs on one PU, the A and B tiles
+of every pipeline stage plus the accumulator and the output tile live in the PU's scratchpad, and the grid
+should cover every PU. `candidates()` enumerates power-of-two tiles, drops those whose buffers do not fit the
+scratchpad (the planner's accounting: `num_stages` copies of the A and B tiles, an fp32 accumulator, the output
+tile), and `rank()` orders them by `estimate()`: per program the DMA of its A and B panels (setup per
+descriptor, local/remote bank bandwidth under the default interleaved placement) overlapped with the matrix
+unit's MACs at the dtype's rate, times the waves of programs over the PUs, plus the launch overhead.
+Default mode compiles the top candidate only; max-autotune simulates the top `tuned_candidates(n)`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from triton_nmp.target import TargetSpec
+
+__all__ = ["Tile", "candidates", "estimate", "rank", "spm_bytes", "tuned_candidates", "TUNE_FRACTION"]
+
+BLOCKS_MN = (16, 32, 64, 128, 256)
+BLOCKS_K = (16, 32, 64, 128, 256)
+STAGES = (1, 2, 3)
+TUNE_FRACTION = 0.12  # max-autotune simulates this fraction of the legal candidates (at least MIN_TUNED)
+MIN_TUNED = 3
+
+
+@dataclass(frozen=True, order=True)
+class Tile:
+    block_m: int
+    block_n: int
+    block_k: int
+    num_stages: int
+    group_m: int = 8
+
+
+def spm_bytes(t: Tile, in_bytes: int, out_bytes: int) -> int:
+    """Scratchpad bytes one program of the mm template needs with tile `t`."""
+    a = t.block_m * t.block_k * in_bytes
+    b = t.block_k * t.block_n * in_bytes
+    acc = t.block_m * t.block_n * 4
+    return (a + b) * t.num_stages + acc + t.block_m * t.block_n * out_bytes
+
+
+def _pow2_at_least(x: int) -> int:
+    return 1 << max(0, (max(1, x) - 1).bit_length())
+
+
+def candidates(m: int, n: int, k: int, in_bytes: int, out_bytes: int, spec: TargetSpec) -> list[Tile]:
+    """Legal tiles for an (m x k) @ (k x n) product: fit the scratchpad, no block far beyond its dimension."""
+    cap_m, cap_n, cap_k = (max(16, _pow2_at_least(x)) for x in (m, n, k))
+    out = []
+    for bm in BLOCKS_MN:
+        if bm > cap_m:
+            continue
+        for bn in BLOCKS_MN:
+            if bn > cap_n:
+                continue
+            for bk in BLOCKS_K:
+                if bk > cap_k:
+                    continue
+                for stages in STAGES:
+                    t = Tile(bm, bn, bk, stages)
+                    if spm_bytes(t, in_bytes, out_bytes) <= spec.spm_bytes:
+                        out.append(t)
+    return out
+
+
+def estimate(t: Tile, m: int, n: int, k: int, batch: int, in_bytes: int, out_bytes: int, dtype: str,
+             spec: TargetSpec) -> float:
+    """Modelled seconds of the mm template with tile `t` (see the module docstring)."""
+    programs = batch * math.ceil(m / t.block_m) * math.ceil(n / t.block_n)
+    waves = math.ceil(programs / spec.num_pus)
+    k_steps = math.ceil(k / t.block_k)
+    # default placement interleaves every tensor over all banks: a program's panels are mostly remote
+    remote = 1.0 - 1.0 / spec.num_pus
+    bw = 1.0 / ((1.0 - remote) / spec.bank_bytes_per_cycle + remote / spec.remote_read_bytes_per_cycle)
+    a_bytes = t.block_m * t.block_k * in_bytes
+    b_bytes = t.block_k * t.block_n * in_bytes
+    per = spec.dma_max_descriptor_bytes  # 2-D strided descriptors, split at the descriptor size cap
+    descriptors = math.ceil(a_bytes / per) + math.ceil(b_bytes / per)
+    dma = k_steps * ((a_bytes + b_bytes) / bw + descriptors * spec.dma_setup_cycles / spec.dma_max_in_flight)
+    compute = k_steps * t.block_m * t.block_n * t.block_k / spec.peak_macs_per_cycle(dtype)
+    overlap = max(dma, compute) if t.num_stages > 1 else dma + compute
+    c_bytes = t.block_m * t.block_n * out_bytes
+    store = c_bytes / bw + math.ceil(c_bytes / per) * spec.dma_setup_cycles
+    cycles = waves * (overlap + store)
+    return spec.cycles_to_seconds(cycles) + spec.launch_overhead_us * 1e-6
+
+
+def rank(tiles: list[Tile], m: int, n: int, k: int, batch: int, in_bytes: int, out_bytes: int, dtype: str,
+         spec: TargetSpec) -> list[Tile]:
+    """`tiles`, fastest first by `estimate` (ties: fewer stages, then smaller tiles)."""
+    return sorted(tiles, key=lambda t: (estimate(t, m, n, k, batch, in_bytes, out_bytes, dtype, spec), t))
+
+
+def tuned_candidates(n_legal: int) -> int:
+    """How many of `n_legal` ranked candidates max-autotune simulates."""
+    return min(n_legal, max(MIN_TUNED, math.ceil(TUNE_FRACTION * n_legal)))
