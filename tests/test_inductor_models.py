@@ -18,6 +18,9 @@ pytestmark = pytest.mark.skipif(
     reason="triton-nmp's Triton entry point 'cpu' is not registered: reinstall (pip install -e .) to test this")
 
 
+FRESH = {"fx_graph_cache": False, "autotune_local_cache": False}  # decisions are made now, not read from a cache
+
+
 def _compare(name: str, dtype: torch.dtype, prompt_len: int, new_tokens: int, atol: float, mode: str = "default"):
     model = build(name, dtype, std=0.3)
     twin = copy.deepcopy(model)
@@ -78,7 +81,7 @@ def test_default_mode_compiles_one_matmul_candidate_and_simulates_none():
     a, b = torch.randn(128, 96), torch.randn(96, 160)
     before = len(choices.gemm_selections())
     reset_tuning_stats()
-    out = torch.compile(lambda x, y: (x @ y).relu(), backend="nmp")(a, b)
+    out = torch.compile(lambda x, y: (x @ y).relu(), backend="nmp", options=FRESH)(a, b)
     torch.testing.assert_close(out, (a @ b).relu(), atol=1e-4, rtol=1e-4)
     sel = choices.gemm_selections()[before:]
     assert len(sel) == 1 and len(sel[0].kept) == 1 and sel[0].legal > 10
@@ -89,7 +92,7 @@ def test_max_autotune_simulates_few_candidates_and_takes_the_fastest():
     a, b = torch.randn(256, 128), torch.randn(128, 192)
     before = len(choices.gemm_selections())
     reset_tuning_stats()
-    out = torch.compile(lambda x, y: x @ y, backend="nmp", mode="max-autotune")(a, b)
+    out = torch.compile(lambda x, y: x @ y, backend="nmp", options={**FRESH, "max_autotune": True})(a, b)
     torch.testing.assert_close(out, a @ b, atol=1e-4, rtol=1e-4)
     sel = choices.gemm_selections()[before:]
     assert len(sel) == 1
