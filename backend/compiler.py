@@ -22,6 +22,7 @@ from triton.backends.compiler import BaseBackend, GPUTarget, Language
 
 from triton_nmp.abi import PU_MAPPINGS
 from triton_nmp.errors import NMPCompilationError
+from triton_nmp.footprint import register_kernel
 from triton_nmp.target import TargetSpec, spec_for_arch
 
 from . import llvm_target
@@ -84,7 +85,7 @@ class NMPOptions:
     # nmp knobs (usable in triton.Config kwargs): how programs are mapped to PUs by the timing model, and
     # whether to also emit the timing-only variant of the kernel (for tuning and simulator benchmarks;
     # default from $TRITON_NMP_TIMING_VARIANT, off: it costs compile time most launches never use).
-    pu_mapping: str = "round_robin"
+    pu_mapping: str = "auto"
     timing_variant: bool = False
     # Options other backends define that portable code passes on any target (Triton's matmul tutorial
     # passes AMD's on every non-CUDA device): accepted, warned about once, without effect on nmp.
@@ -215,6 +216,7 @@ class NMPBackend(BaseBackend):
         metadata["nmp_num_stages"] = ctx.stages  # the multi-buffering depth that fits (<= num_stages)
         metadata["shared"] = ctx.plan.peak_bytes
         metadata["nmp_spm_bytes"] = ctx.plan.peak_bytes
+        register_kernel(metadata.get("hash", ""), nmp.kernel)  # its static footprint feeds placement
         return NMPIR(nmp, ctx.plan)
 
     @staticmethod

@@ -1,11 +1,14 @@
 """Roofline table of the kernel suite on a target, and simulator speed (full vs timing-only).
 
 For each kernel: simulated time, the roofline lower bound for the launch's own flops and local/remote
-bytes (`TargetSpec.roofline_seconds`), the achieved fraction of that bound, bytes local/remote, and
-for matmul the fraction of the machine's peak MAC rate. Then the host cost of simulation: seconds
+bytes (`TargetSpec.roofline_seconds`), the achieved fraction of that bound, the local-bandwidth bound
+(the same flops, every byte at local bank bandwidth: what the machine can do when data lives where it
+is computed) and the fraction of it, bytes local/remote, and for matmul the fraction of the machine's
+peak MAC rate. Placement is whatever the default policy does (`auto` unless `--placement` says
+otherwise): no place() call is made. Then the host cost of simulation: seconds
 per launch for the full functional simulation and for the timing-only variant (same trace, no data).
 
-    python benchmarks/roofline.py [--quick] [--target nmp-64]
+    python benchmarks/roofline.py [--quick] [--target nmp-64] [--placement interleaved]
 """
 
 from __future__ import annotations
@@ -54,8 +57,11 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--target", default=None)
     ap.add_argument("--repeat", type=int, default=3, help="host-time repetitions (median)")
+    ap.add_argument("--placement", default=None, help="default policy of new tensors (auto, interleaved, ...)")
     args = ap.parse_args()
     triton_nmp.activate(args.target)
+    if args.placement:
+        triton_nmp.set_default_placement(args.placement)
     spec = triton_nmp.active_target()
     captured = {}
     real = runtime.run_grid
@@ -88,7 +94,7 @@ def main() -> int:
             for _ in range(args.repeat):
                 t0 = time.perf_counter()
                 r = runtime.run_grid(entry, runtime.make_slots(slots), grid, abi)
-                simulate_timing(r.trace, grid, buffers, spec, mapping=meta.pu_mapping)
+                simulate_timing(r.trace, grid, buffers, spec, mapping=meta.pu_mapping)  # auto: both mappings
                 samples.append(time.perf_counter() - t0)
             return statistics.median(samples)
 
@@ -100,21 +106,27 @@ def main() -> int:
         if dtype and rec.flops:
             macs_per_s = spec.peak_flops(dtype) / 2
             peak = f"{100 * (rec.flops / 2) / rec.sim_seconds / macs_per_s:.1f}%"
-        rows.append((name, shape, rec.sim_seconds, rec.roofline_seconds, rec.bytes_local, rec.bytes_remote, peak,
-                     full, tonly))
+        local_bound = spec.roofline_seconds(rec.flops, rec.bytes_local + rec.bytes_remote, 0.0, dtype or "fp16")
+        rows.append((name, shape, rec.sim_seconds, rec.roofline_seconds, local_bound, rec.bytes_local,
+                     rec.bytes_remote, peak, full, tonly))
     print(f"target {spec.name}: {spec.num_pus} PUs, {spec.local_bytes_per_second / 1e9:.0f} GB/s local, "
           f"{spec.remote_bytes_per_second / 1e9:.0f} GB/s remote, "
           f"{spec.peak_flops('fp16') / 1e12:.2f} TFLOP/s fp16")
-    hdr = (f"{'kernel':<11} {'shape':<30} {'sim us':>10} {'bound us':>10} {'% bound':>8} {'MB local':>9} "
-           f"{'MB remote':>10} {'% peak MAC':>10} {'host full s':>11} {'timing-only s':>13} {'speedup':>8}")
+    hdr = (f"{'kernel':<11} {'shape':<30} {'sim us':>10} {'bound us':>10} {'% bound':>8} {'local us':>9} "
+           f"{'% local':>8} {'MB local':>9} {'MB remote':>10} {'% peak MAC':>10} {'host full s':>11} "
+           f"{'timing-only s':>13} {'speedup':>8}")
     print(hdr)
     print("-" * len(hdr))
-    for name, shape, sim, bound, bl, br, peak, full, tonly in rows:
+    for name, shape, sim, bound, lbound, bl, br, peak, full, tonly in rows:
         t = f"{tonly:>13.4f}" if tonly is not None else f"{'n/a':>13}"
         sp = f"{full / tonly:>7.1f}x" if tonly else f"{'':>8}"
         print(f"{name:<11} {shape:<30} {sim * 1e6:>10.1f} {bound * 1e6:>10.1f} {100 * bound / sim:>7.1f}% "
+              f"{lbound * 1e6:>9.1f} {100 * lbound / sim:>7.1f}% "
               f"{bl / 1e6:>9.2f} {br / 1e6:>10.2f} {peak:>10} {full:>11.4f} {t} {sp}")
-    print("\n% bound = roofline lower bound / simulated time (default placement: interleaved; mapping: round_robin).")
+    print(f"\n% bound = roofline lower bound for the launch's own local/remote bytes / simulated time; % local = the "
+          f"same with every byte local (flops at peak, bytes at {spec.local_bytes_per_second / 1e9:.0f} GB/s).")
+    print(f"placement: default policy '{triton_nmp.default_placement()}' (no place() calls); mapping: each kernel's "
+          f"default pu_mapping ('auto').")
     print("host s = wall time of one simulated launch (native run + timing model), full functional simulation vs "
           "the timing-only variant; median of", args.repeat)
     return 0

@@ -62,7 +62,9 @@ __all__ = [
     "NMPDeviceInterface",
     "device_interface",
     "PendingLaunch",
+    "PendingTransfer",
     "ResolvedLaunch",
+    "ResolvedTransfer",
     "CounterEstimate",
     "MemoEntry",
     "ClockStats",
@@ -104,6 +106,24 @@ class PendingLaunch:
     counters: dict[str, int]
     host_seconds: float
     trace: Any  # numpy int64 (n, 8) or None
+    note: str = ""  # how the launch was placed and mapped when that differs from what was asked (profiles)
+
+
+@dataclass(slots=True)
+class PendingTransfer:
+    """Data moved outside a kernel (a host write, a re-layout), already timed (`simulator.transfer`)."""
+
+    seq: int
+    transfer: Any  # simulator.transfer.TransferTiming
+    spec: Any
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedTransfer:
+    """A transfer with its place on the clock, handed to subscribers in order with launches."""
+
+    transfer: Any
+    start_seconds: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +227,7 @@ class ClockStats:
     simulated: int = 0  # timings computed by the model (or the counter estimate)
     memo_hits: int = 0  # executed launches whose timing came from the memo
     flushes: int = 0
+    transfers: int = 0  # host writes and re-layouts charged
 
 
 # ------------------------------------------------------------------------------------------------
@@ -276,7 +297,8 @@ class SimClock:
 
     @property
     def pending(self) -> int:
-        return len(self._pending)
+        """Launches queued for timing (transfers, already timed, are not counted)."""
+        return sum(1 for p in self._pending if isinstance(p, PendingLaunch))
 
     def subscribe(self, fn: Callable[[ResolvedLaunch], None]) -> None:
         """Call `fn(resolved)` for every launch timed from now on, in launch order."""
@@ -309,6 +331,13 @@ class SimClock:
             self._pending_bytes += _nbytes(launch.trace)
             if len(self._pending) > MAX_PENDING_LAUNCHES or self._pending_bytes > MAX_PENDING_TRACE_BYTES:
                 self._flush()
+
+    def submit_transfer(self, transfer: Any, spec: Any) -> None:
+        """Queue a timed transfer (host write or re-layout): it advances the clock after the launches
+        queued before it."""
+        with self._lock:
+            self.stats.transfers += 1
+            self._pending.append(PendingTransfer(self.next_seq(), transfer, spec))
 
     def replay_entry(self, launch_key: Hashable, timing_key: Hashable, spec: Any) -> MemoEntry | None:
         """The memo entry to replay for a launch, or None when it must execute.
@@ -369,13 +398,21 @@ class SimClock:
         pending, self._pending, self._pending_bytes = self._pending, [], 0
         self.stats.flushes += 1
         for k, launch in enumerate(pending):
+            if isinstance(launch, PendingTransfer):
+                start = self._now_ps
+                self._now_ps = start + _to_ps(launch.transfer.seconds)
+                if self._subscribers:
+                    moved = ResolvedTransfer(launch.transfer, start / PS_PER_SECOND)
+                    for fn in tuple(self._subscribers):
+                        fn(moved)
+                continue
             try:
                 timing, hit = self._time(launch)
             except BaseException as exc:
                 # Keep the clock usable: the launches after the failing one are still queued.
                 rest = pending[k + 1 :]
                 self._pending = rest + self._pending
-                self._pending_bytes = sum(_nbytes(p.trace) for p in self._pending)
+                self._pending_bytes = sum(_nbytes(getattr(p, "trace", None)) for p in self._pending)
                 exc.add_note(f"while computing the simulated time of kernel '{launch.kernel}' (grid {launch.grid})")
                 raise
             start = self._now_ps

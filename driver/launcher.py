@@ -35,6 +35,9 @@ from operator import index as _index
 from operator import itemgetter
 from typing import Any
 
+import numpy as np
+
+from triton_nmp.abi import KIND_DMA_LOAD, KIND_DMA_STORE, KIND_GATHER, KIND_SCATTER
 from triton_nmp.errors import NMPLaunchError
 from triton_nmp.simulator.runtime import (
     STATUS_OK,
@@ -210,6 +213,8 @@ class NMPLauncher:
         self._scalars: Any = (lambda vals: ()) if not scalar_slots else itemgetter(*scalar_slots)
         self._kernel_id = _metadata_get(metadata, "hash", None) or f"launcher@{id(self):x}"
         self._last_buffers: tuple[Any, Any, Any] | None = None
+        self._last_place: tuple[Any, ...] | None = None
+        self._layout_memo: dict[Any, Any] = {}
         self._mapping = str(_metadata_get(metadata, "pu_mapping", None) or "round_robin")
         self.last_result: LaunchResult | None = None
         self._bound_key: int | None = None
@@ -242,11 +247,12 @@ class NMPLauncher:
         else:
             spec = active_target()
             tvals = tuple(vals)
+            mapping, note = self._place(args, tvals, grid, spec)
             buffers, ident, where = self._buffers(tvals)
             # Identity of the launch (replay needs the very same call) and of its timing inputs (timing
             # depends on pointers only through placement, position in the placed range and size).
-            launch_key = (self._kernel_id, function, grid, tvals, ident, id(spec))
-            timing_key = (self._kernel_id, grid, self._scalars(vals), where, id(spec))
+            launch_key = (self._kernel_id, function, grid, tvals, ident, id(spec), mapping)
+            timing_key = (self._kernel_id, grid, self._scalars(vals), where, id(spec), mapping)
             entry = clock.replay_entry(launch_key, timing_key, spec)
             if entry is not None:
                 clock.replay(launch_key, entry)
@@ -259,12 +265,130 @@ class NMPLauncher:
                 clock.submit(
                     launch_key,
                     PendingLaunch(
-                        clock.next_seq(), self.kernel_name, timing_key, grid, self.metadata, spec, self._mapping,
-                        buffers, result.counters, result.host_seconds, result.trace,
+                        clock.next_seq(), self.kernel_name, timing_key, grid, self.metadata, spec, mapping,
+                        buffers, result.counters, result.host_seconds, result.trace, note,
                     ),
                 )
         if launch_exit_hook is not None:
             launch_exit_hook(launch_metadata)
+
+    def _place(self, args: Sequence[Any], vals: tuple[int, ...], grid: tuple[int, int, int],
+               spec: Any) -> tuple[str, str]:
+        """Place the launch's host tensors (no placement yet, or place(t, "auto")) by the default policy
+        and choose the mapping: (pu_mapping for the timing model, a note for the profile).
+
+        "auto" layouts and the "auto" mapping need the launch's static footprint
+        (`triton_nmp.footprint`); when it depends on loaded data, layouts fall back to the default
+        interleaving and the mapping to round robin, and the note says why."""
+        from triton_nmp import placement as plm
+
+        stamp = _placements.stamp()
+        last = self._last_place
+        if last is not None and last[0] == vals and last[1] == stamp and last[2] is spec:
+            return last[3]
+        policy = plm.default_policy()
+        todo: dict[int, tuple[int, int]] = {}
+        auto_requested: set[int] = set()
+        for i, slot, _ in self._ptr_args:
+            ptr, nbytes = vals[slot], vals[slot + 1]
+            if ptr and nbytes:
+                pl = plm.lookup(ptr, nbytes)
+                if pl is None or pl.policy == "auto":
+                    todo[i] = (ptr, nbytes)
+                    if pl is not None:
+                        auto_requested.add(i)
+        mapping, note = self._mapping, ""
+        need_fp = mapping == "auto" or (todo and (policy == "auto" or auto_requested))
+        fp = None
+        if need_fp:
+            from triton_nmp.footprint import launch_footprint
+
+            key = (grid, self._scalars(vals), tuple(vals[slot + 1] for _, slot, _ in self._ptr_args))
+            fp = launch_footprint(self.metadata, self.abi.args, vals, grid, key)
+            if mapping == "auto" and not fp.exact:
+                mapping = "round_robin"
+                note = f"auto mapping -> round_robin: the footprint is not static ({fp.reason})"
+        if todo:
+            self._place_arguments(args, vals, grid, spec, todo, auto_requested, policy, fp)
+        result = (mapping, note)
+        self._last_place = (vals, _placements.stamp(), spec, result)
+        return result
+
+    def _place_arguments(self, args: Sequence[Any], vals: tuple[int, ...], grid: tuple[int, int, int], spec: Any,
+                         todo: dict[int, tuple[int, int]], auto_requested: set[int], policy: str, fp: Any) -> None:
+        from triton_nmp import placement as plm
+        from triton_nmp.simulator.timing import ArgBuffer
+
+        choices: dict[int, Any] = {}
+        auto = {i: v for i, v in todo.items() if policy == "auto" or i in auto_requested}
+        if auto and fp is not None and fp.exact:
+            from triton_nmp.auto_layout import choose_checked
+
+            fixed: list[Any] = [None] * len(self.plan)
+            for i, slot, name in self._ptr_args:
+                ptr, nbytes = vals[slot], vals[slot + 1]
+                if i not in todo and ptr and nbytes:
+                    fixed[i] = ArgBuffer(name, ptr, nbytes, plm.placement_of(ptr, nbytes))
+            # the same roles (kernel, footprint, which arguments are new, the others' layouts) get the same
+            # layouts: a fresh output buffer per call is not a new decision
+            key = (id(spec), grid, self._scalars(vals), tuple(sorted((i, v[1]) for i, v in auto.items())),
+                   tuple((a.placement.signature(), a.base, a.nbytes) if a is not None else None for a in fixed))
+            memo = self._layout_memo.get(key)
+            if memo is None:
+                memo = choose_checked(fp.trace, grid, fixed, auto, spec)
+                if len(self._layout_memo) > 64:
+                    self._layout_memo.clear()
+                self._layout_memo[key] = memo
+            choices = {i: dataclasses.replace(c, placement=dataclasses.replace(
+                c.placement, origin=auto[i][0], chosen=True)) for i, c in memo.items()}
+        for i, _slot, name in self._ptr_args:
+            if i not in todo:
+                continue
+            tensor = self._tensor_of(args, i)
+            if tensor is None:
+                continue
+            ptr, nbytes = todo[i]
+            if i in choices:
+                c = choices[i]
+                placement, why, loaded = c.placement, c.reason, c.loaded
+            elif i in auto:
+                if fp is not None and fp.exact:
+                    continue  # the kernel does not touch it: it stays host data
+                placement = plm.Placement("interleaved", None, plm.DEFAULT_GRANULARITY, nbytes, ptr, chosen=True)
+                why = f"auto -> default interleaving: the footprint is not static ({fp.reason if fp else ''})"
+                loaded = True
+            else:
+                pol = policy
+                stores = fp is not None and fp.exact and bool(
+                    ((fp.trace[:, 2] == i) & np.isin(fp.trace[:, 0], (KIND_DMA_STORE, KIND_SCATTER))).any())
+                if pol == "replicated" and (stores or fp is None or not fp.exact):
+                    pol = "interleaved"  # a copy per bank cannot take stores
+                try:
+                    plm._check_capacity(pol, nbytes, spec)
+                except plm.NMPPlacementError:
+                    pol = "interleaved"
+                placement = plm.Placement(pol, None, plm.DEFAULT_GRANULARITY if pol == "interleaved" else None,
+                                          nbytes, ptr)
+                why, loaded = f"default policy '{policy}'", True
+                if fp is not None and fp.exact:
+                    loaded = bool(((fp.trace[:, 2] == i) & np.isin(fp.trace[:, 0], (KIND_DMA_LOAD, KIND_GATHER))).any())
+            plm.assign(tensor, placement, copy=loaded, why=f"kernel '{self.kernel_name}': {why}",
+                       name=f"{self.kernel_name}.{name}")
+
+    def _tensor_of(self, args: Sequence[Any], i: int) -> Any:
+        """The torch tensor behind pointer argument i (a descriptor's base), or None."""
+        p = self.plan[i]
+        v = args[p.index]
+        try:
+            for s in p.sub:
+                v = v[s]
+        except (TypeError, IndexError, KeyError):
+            return None
+        if p.kind == DESC:
+            v = getattr(v, "base", None)
+        if not isinstance(v, self._Tensor):
+            v = getattr(v, "base", None)  # triton.TensorWrapper
+        return v if isinstance(v, self._Tensor) and v.is_cpu else None
 
     def _buffers(self, vals: tuple[int, ...]) -> tuple[tuple[Any, ...], tuple[Any, ...], tuple[Any, ...]]:
         """Per nmp argument (name, data_ptr, nbytes, placement), None for scalars; and per pointer its

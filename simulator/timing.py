@@ -53,7 +53,12 @@ vectorised over records with numpy: no Python loop runs per record or per progra
    or after p mod P), but no PU takes more than ceil(n / P) + LOCALITY_SLACK (= 0) programs; the
    overflow, in program order, fills the least-loaded PUs' free slots. No slack because in the wave
    model (item 7) one extra program on one PU costs a whole wave, more than the remote reads it
-   would save.
+   would save.  auto (the default): the locality mapping and round_robin are both scheduled and
+   the faster is kept (ties: round_robin), so auto is never slower than round robin;
+   `extra["auto_choice"]` says which. The launcher passes auto only for launches whose footprint
+   is static (`triton_nmp.footprint`: the trace predicted from nmpir without running is exact, so
+   the mapping could have been chosen before the run); data-dependent launches fall back to
+   round_robin, with the reason in the profile.
 
 7. Concurrency and contention, in waves: each PU runs its programs back to back in program order, in
    groups of issue_threads [1] (item 8); wave k holds the k-th group of every PU, which run
@@ -113,6 +118,7 @@ __all__ = [
     "arg_buffers_from_slots",
     "simulate_timing",
     "simulate_launch",
+    "footprint_bank_bytes",
 ]
 
 LOCALITY_SLACK = 0  # locality mapping: a PU takes at most ceil(n/P) + LOCALITY_SLACK programs
@@ -385,6 +391,8 @@ def _dma_patterns(
             )
         buf = args[a] if args is not None else None
         pl, base = (buf.placement, buf.base) if buf is not None and buf.placement is not None else (Placement(), 0)
+        if pl.policy == "auto":  # a layout not chosen yet (the launcher resolves it): the default
+            pl = Placement(extent=pl.extent, origin=pl.origin)
         name = _arg_name(args, a)
         sel = np.flatnonzero(arg == a)
         if pl.policy == "bank" and not 0 <= int(pl.bank or 0) < P:
@@ -458,6 +466,19 @@ def _dma_patterns(
     if not banks:
         return _Patterns(rec_pat, np.zeros((0, P)), np.zeros(0), np.zeros(0), np.zeros(0, dtype=bool))
     return _Patterns(rec_pat, np.concatenate(banks), np.concatenate(useful), np.concatenate(moved), np.concatenate(rep))
+
+
+def footprint_bank_bytes(trace: Any, n: int, args: Sequence[ArgBuffer | None] | None,
+                         spec: TargetSpec) -> np.ndarray:
+    """(programs, banks): moved bytes each program's DMA-like records take from or bring to each bank
+    under the arguments' placements (a replicated argument counts in no bank: it is local to every PU).
+    What the locality and auto mappings, and the auto layout choice, weigh."""
+    tr = np.asarray(trace, dtype=np.int64).reshape(-1, TRACE_WORDS)
+    dtr = tr[tr[:, 0] <= KIND_SCATTER]
+    if not dtr.size:
+        return np.zeros((n, spec.num_pus))
+    pats = _dma_patterns(dtr, dtr[:, 0] >= KIND_GATHER, args, spec, "")
+    return _Table(pats.banks).aggregate(dtr[:, 1], n, pats.rec_pat)
 
 
 def _map_programs(mapping: str, n: int, P: int, owner_bytes: np.ndarray | None, seed: int) -> np.ndarray:
@@ -625,194 +646,210 @@ def simulate_timing(
     banks_t = _Table(pats.banks)
 
     # --- mapping --------------------------------------------------------------------------------
-    owner_bytes = banks_t.aggregate(d_prog, n, rec_pat) if mapping == "locality" else None
-    pu = _map_programs(mapping, n, P, owner_bytes, seed)
+    def _schedule_launch(pu: np.ndarray, mapping: str) -> LaunchTiming:
+        """Items 3-7 of the module docstring for one program -> PU mapping."""
+        # --- per-record local bytes and hop-weighted remote bytes ---------------------------------
+        idx = np.arange(P)
+        hops = np.abs(idx[:, None] // C - idx[None, :] // C) + np.abs(idx[:, None] % C - idx[None, :] % C)
+        r_pu = pu[d_prog]
+        local = np.where(rep, moved, np.minimum(pats.banks[rec_pat, r_pu], moved))
+        hop_bytes = (pats.banks @ hops)[rec_pat, r_pu]  # sum_b bytes[b] * hops(b, pu)
+        remote = moved - local
+        with np.errstate(divide="ignore", invalid="ignore"):
+            mean_hops = np.where(remote > 1e-9, hop_bytes / remote, 0.0)
 
-    # --- per-record local bytes and hop-weighted remote bytes ---------------------------------
-    idx = np.arange(P)
-    hops = np.abs(idx[:, None] // C - idx[None, :] // C) + np.abs(idx[:, None] % C - idx[None, :] % C)
-    r_pu = pu[d_prog]
-    local = np.where(rep, moved, np.minimum(pats.banks[rec_pat, r_pu], moved))
-    hop_bytes = (pats.banks @ hops)[rec_pat, r_pu]  # sum_b bytes[b] * hops(b, pu)
-    remote = moved - local
-    with np.errstate(divide="ignore", invalid="ignore"):
-        mean_hops = np.where(remote > 1e-9, hop_bytes / remote, 0.0)
+        # --- DMA cycles -----------------------------------------------------------------------------
+        nhw = np.maximum(1, -(-useful.astype(np.int64) // spec.dma_max_descriptor_bytes))
+        batches = -(-nhw // spec.dma_max_in_flight)
+        remote_bw = min(spec.remote_read_bytes_per_cycle, spec.noc_link_bytes_per_cycle)
+        setup = np.where(d_store, spec.dma_store_setup_cycles, spec.dma_setup_cycles)
+        local_bw = np.where(d_store, spec.dma_store_bytes_per_cycle, spec.bank_bytes_per_cycle)
+        d_cyc = batches * (setup + spec.noc_hop_cycles * mean_hops)
+        d_cyc = d_cyc + local / local_bw + remote / remote_bw
+        d_cyc = np.where(useful > 0, d_cyc, 0.0)
 
-    # --- DMA cycles -----------------------------------------------------------------------------
-    nhw = np.maximum(1, -(-useful.astype(np.int64) // spec.dma_max_descriptor_bytes))
-    batches = -(-nhw // spec.dma_max_in_flight)
-    remote_bw = min(spec.remote_read_bytes_per_cycle, spec.noc_link_bytes_per_cycle)
-    setup = np.where(d_store, spec.dma_store_setup_cycles, spec.dma_setup_cycles)
-    local_bw = np.where(d_store, spec.dma_store_bytes_per_cycle, spec.bank_bytes_per_cycle)
-    d_cyc = batches * (setup + spec.noc_hop_cycles * mean_hops)
-    d_cyc = d_cyc + local / local_bw + remote / remote_bw
-    d_cyc = np.where(useful > 0, d_cyc, 0.0)
+        # --- compute cycles -------------------------------------------------------------------------
+        m = tr.shape[0]
+        comp = np.zeros(m)
+        flops = np.zeros(m)
+        vi = np.flatnonzero(kind == KIND_VEC)
+        if vi.size:
+            el, dt, cls, acc = tr[vi, 2], tr[vi, 4], tr[vi, 5], tr[vi, 6]
+            wide = (dt == _DTYPE_FP64) | (dt == _DTYPE_INT64)
+            narrow_rate, wide_rate = _op_rates(spec)
+            cls = np.where((cls >= 0) & (cls < narrow_rate.size), cls, 0)
+            comp[vi] = -(-el // spec.vector_fp32_lanes) * np.where(wide, wide_rate[cls], narrow_rate[cls])
+            loop = acc * spec.issue_spm_access_cycles + spec.issue_loop_cycles
+            if loop.any():
+                comp[vi] += np.where(acc > 0, el * loop, 0.0)
+            flops[vi] = el
+        mi = np.flatnonzero(kind == KIND_MATMUL)
+        mm_dtypes: list[str] = []
+        if mi.size:
+            macs = tr[mi, 2] * tr[mi, 3] * tr[mi, 4]
+            dt = tr[mi, 5]
+            rate = np.empty(mi.size)
+            for code in np.unique(dt).tolist():
+                key, mult = _MATRIX_RATE.get(code, ("fp32", 1))
+                rate[dt == code] = spec.peak_macs_per_cycle(key) / mult
+                mm_dtypes.append(key)
+            comp[mi] = np.ceil(macs / rate)
+            flops[mi] = 2.0 * macs
+        issue = comp  # pipeline issue cycles at full rate (all threads together)
+        comp = comp * spec.issue_thread_interval_cycles  # one thread alone issues once per interval
 
-    # --- compute cycles -------------------------------------------------------------------------
-    m = tr.shape[0]
-    comp = np.zeros(m)
-    flops = np.zeros(m)
-    vi = np.flatnonzero(kind == KIND_VEC)
-    if vi.size:
-        el, dt, cls, acc = tr[vi, 2], tr[vi, 4], tr[vi, 5], tr[vi, 6]
-        wide = (dt == _DTYPE_FP64) | (dt == _DTYPE_INT64)
-        narrow_rate, wide_rate = _op_rates(spec)
-        cls = np.where((cls >= 0) & (cls < narrow_rate.size), cls, 0)
-        comp[vi] = -(-el // spec.vector_fp32_lanes) * np.where(wide, wide_rate[cls], narrow_rate[cls])
-        loop = acc * spec.issue_spm_access_cycles + spec.issue_loop_cycles
-        if loop.any():
-            comp[vi] += np.where(acc > 0, el * loop, 0.0)
-        flops[vi] = el
-    mi = np.flatnonzero(kind == KIND_MATMUL)
-    mm_dtypes: list[str] = []
-    if mi.size:
-        macs = tr[mi, 2] * tr[mi, 3] * tr[mi, 4]
-        dt = tr[mi, 5]
-        rate = np.empty(mi.size)
-        for code in np.unique(dt).tolist():
-            key, mult = _MATRIX_RATE.get(code, ("fp32", 1))
-            rate[dt == code] = spec.peak_macs_per_cycle(key) / mult
-            mm_dtypes.append(key)
-        comp[mi] = np.ceil(macs / rate)
-        flops[mi] = 2.0 * macs
-    issue = comp  # pipeline issue cycles at full rate (all threads together)
-    comp = comp * spec.issue_thread_interval_cycles  # one thread alone issues once per interval
+        # --- program time: a stage = compute records and the prefetched DMAs that follow them ----------
+        dma_all = np.zeros(m)
+        dma_all[di] = d_cyc
+        pre = np.zeros(m, dtype=bool)
+        pre[di] = (dtr[:, 7] & FLAG_PREFETCHED) != 0
+        is_comp = (kind == KIND_VEC) | (kind == KIND_MATMUL)
+        new_seg = np.ones(m, dtype=bool)
+        if m:
+            new_seg[1:] = (prog[1:] != prog[:-1]) | (kind[1:] == KIND_WAIT) | (is_comp[1:] & pre[:-1])
+        new_seg |= is_dma & ~pre  # a synchronous DMA waits for everything before it
+        seg = np.cumsum(new_seg) - 1
+        seg_first = np.flatnonzero(new_seg)
+        stage = np.maximum(
+            np.bincount(seg, weights=np.where(pre, dma_all, 0.0), minlength=seg_first.size),
+            np.bincount(seg, weights=comp, minlength=seg_first.size),
+        )
+        serial = np.where(pre, 0.0, dma_all)
+        prog_time = np.bincount(prog, weights=serial, minlength=n) + np.bincount(prog[seg_first], stage, minlength=n)
+        prog_dma = np.bincount(prog, weights=dma_all, minlength=n)
+        prog_comp = np.bincount(prog, weights=comp, minlength=n)
 
-    # --- program time: a stage = compute records and the prefetched DMAs that follow them ----------
-    dma_all = np.zeros(m)
-    dma_all[di] = d_cyc
-    pre = np.zeros(m, dtype=bool)
-    pre[di] = (dtr[:, 7] & FLAG_PREFETCHED) != 0
-    is_comp = (kind == KIND_VEC) | (kind == KIND_MATMUL)
-    new_seg = np.ones(m, dtype=bool)
-    if m:
-        new_seg[1:] = (prog[1:] != prog[:-1]) | (kind[1:] == KIND_WAIT) | (is_comp[1:] & pre[:-1])
-    new_seg |= is_dma & ~pre  # a synchronous DMA waits for everything before it
-    seg = np.cumsum(new_seg) - 1
-    seg_first = np.flatnonzero(new_seg)
-    stage = np.maximum(
-        np.bincount(seg, weights=np.where(pre, dma_all, 0.0), minlength=seg_first.size),
-        np.bincount(seg, weights=comp, minlength=seg_first.size),
-    )
-    serial = np.where(pre, 0.0, dma_all)
-    prog_time = np.bincount(prog, weights=serial, minlength=n) + np.bincount(prog[seg_first], stage, minlength=n)
-    prog_dma = np.bincount(prog, weights=dma_all, minlength=n)
-    prog_comp = np.bincount(prog, weights=comp, minlength=n)
-
-    # --- waves: k-th program (group of `issue.threads` programs) of every PU together; bank and link
-    # contention per wave ---------------------------------------------------------------------------
-    counts = np.bincount(pu, minlength=P)
-    order = np.argsort(pu, kind="stable")
-    wave = np.empty(n, dtype=np.int64)
-    wave[order] = np.arange(n) - (np.cumsum(counts) - counts)[pu[order]]
-    threads = spec.issue_threads
-    if threads == 1:
-        W = int(counts.max()) if n else 0
-        pu_time = np.zeros(W * P)
-        pu_time[wave * P + pu] = prog_time  # at most one program per (wave, PU)
-    else:
-        wave //= threads
-        W = int(-(-counts.max() // threads)) if n else 0
-        pu_time = _group_time(wave * P + pu, W * P, prog_time, np.bincount(prog, weights=issue, minlength=n),
-                              prog_dma, spec)
-    wave_pu = pu_time.reshape(W, P).max(axis=1) if W else np.zeros(0)
-    # bank bytes per wave; replicated reads come from the reader's own copy
-    d_wave, d_pu = wave[d_prog], pu[d_prog]
-    npat = pats.useful.size
-    ld, st = ~d_store, d_store
-    wp = d_wave * P + d_pu
-    # Few patterns (regular tilings): count records per (wave, PU, pattern) once and derive every
-    # per-wave sum by small matrix products; many patterns: sparse sums per grouping.
-    dense = W * P * npat <= max(1 << 22, 8 * rec_pat.size)
-    if dense:
-        cl = np.bincount(wp[ld] * npat + rec_pat[ld], minlength=W * P * npat).reshape(W, R, C, npat).astype(float)
-        cs = np.bincount(wp[st] * npat + rec_pat[st], minlength=W * P * npat).reshape(W, R, C, npat).astype(float)
-        served = (cl + cs).sum(axis=(1, 2)) @ pats.banks
-    else:
-        served = banks_t.aggregate(d_wave, W, rec_pat)
-    served += np.bincount(wp, weights=np.where(rep, moved, 0.0), minlength=W * P).reshape(W, P)
-    bank_total = served.sum(axis=0)
-    wave_bank = served.max(axis=1, initial=0.0) / spec.bank_bytes_per_cycle
-    # NoC legs per wave: loads go bank -> PU, stores PU -> bank (XY: row first, then column).
-    # Cheap bound first: a row link only carries X legs that start in its row (bank reads served
-    # there, PU writes issued there), a column link only Y legs that end in its column. When that
-    # bound cannot exceed a wave's PU or bank time, the exact per-link sums are skipped.
-    wave_link = np.zeros(W)
-    pu_bytes = np.bincount(wp, weights=moved, minlength=W * P).reshape(W, R, C)
-    grid_served = served.reshape(W, R, C)
-    bound = np.maximum(
-        (grid_served.sum(axis=2) + pu_bytes.sum(axis=2)).max(axis=1, initial=0.0),
-        (grid_served.sum(axis=1) + pu_bytes.sum(axis=1)).max(axis=1, initial=0.0),
-    ) / spec.noc_link_bytes_per_cycle
-    links_exact = bool(P > 1 and rec_pat.size and np.any(bound > np.maximum(wave_pu, wave_bank)))
-    if links_exact:
-        # Ax[w, row, c_src, c_dst]: X legs; By[w, col, r_src, r_dst]: Y legs
-        tab = pats.banks.reshape(-1, R, C)
-        if dense:
-            Ax = (cl.sum(axis=1) @ pats.banks).reshape(W, C, R, C).transpose(0, 2, 3, 1) + cs @ tab.sum(axis=1)
-            By = (cl @ tab.sum(axis=2)).transpose(0, 2, 3, 1)
-            By = By + (cs.sum(axis=2) @ pats.banks).reshape(W, R, R, C).transpose(0, 3, 1, 2)
+        # --- waves: k-th program (group of `issue.threads` programs) of every PU together; bank and link
+        # contention per wave ---------------------------------------------------------------------------
+        counts = np.bincount(pu, minlength=P)
+        order = np.argsort(pu, kind="stable")
+        wave = np.empty(n, dtype=np.int64)
+        wave[order] = np.arange(n) - (np.cumsum(counts) - counts)[pu[order]]
+        threads = spec.issue_threads
+        if threads == 1:
+            W = int(counts.max()) if n else 0
+            pu_time = np.zeros(W * P)
+            pu_time[wave * P + pu] = prog_time  # at most one program per (wave, PU)
         else:
-            rp, cp = np.divmod(d_pu, C)
-            rows_t, cols_t = _Table(tab.sum(axis=2)), _Table(tab.sum(axis=1))
-            Ax = banks_t.aggregate(d_wave[ld] * C + cp[ld], W * C, rec_pat[ld]).reshape(W, C, R, C)
-            Ax = Ax.transpose(0, 2, 3, 1) + cols_t.aggregate(wp[st], W * P, rec_pat[st]).reshape(W, R, C, C)
-            By = rows_t.aggregate(wp[ld], W * P, rec_pat[ld]).reshape(W, R, C, R).transpose(0, 2, 3, 1)
-            By_st = banks_t.aggregate(d_wave[st] * R + rp[st], W * R, rec_pat[st]).reshape(W, R, R, C)
-            By = By + By_st.transpose(0, 3, 1, 2)
-        wave_link = _link_max(Ax, By) / spec.noc_link_bytes_per_cycle
-    stacked = np.stack([wave_pu, wave_bank, wave_link]) if W else np.zeros((3, 0))
-    wave_cycles = stacked.max(axis=0)
-    wave_limit = np.argmax(stacked, axis=0).astype(np.int8)
-    wave_begin = np.cumsum(wave_cycles) - wave_cycles
-    device = float(wave_cycles.sum())
-    cycles = device + overhead
+            wave //= threads
+            W = int(-(-counts.max() // threads)) if n else 0
+            pu_time = _group_time(wave * P + pu, W * P, prog_time, np.bincount(prog, weights=issue, minlength=n),
+                                  prog_dma, spec)
+        wave_pu = pu_time.reshape(W, P).max(axis=1) if W else np.zeros(0)
+        # bank bytes per wave; replicated reads come from the reader's own copy
+        d_wave, d_pu = wave[d_prog], pu[d_prog]
+        npat = pats.useful.size
+        ld, st = ~d_store, d_store
+        wp = d_wave * P + d_pu
+        # Few patterns (regular tilings): count records per (wave, PU, pattern) once and derive every
+        # per-wave sum by small matrix products; many patterns: sparse sums per grouping.
+        dense = W * P * npat <= max(1 << 22, 8 * rec_pat.size)
+        if dense:
+            cl = np.bincount(wp[ld] * npat + rec_pat[ld], minlength=W * P * npat).reshape(W, R, C, npat).astype(float)
+            cs = np.bincount(wp[st] * npat + rec_pat[st], minlength=W * P * npat).reshape(W, R, C, npat).astype(float)
+            served = (cl + cs).sum(axis=(1, 2)) @ pats.banks
+        else:
+            served = banks_t.aggregate(d_wave, W, rec_pat)
+        served += np.bincount(wp, weights=np.where(rep, moved, 0.0), minlength=W * P).reshape(W, P)
+        bank_total = served.sum(axis=0)
+        wave_bank = served.max(axis=1, initial=0.0) / spec.bank_bytes_per_cycle
+        # NoC legs per wave: loads go bank -> PU, stores PU -> bank (XY: row first, then column).
+        # Cheap bound first: a row link only carries X legs that start in its row (bank reads served
+        # there, PU writes issued there), a column link only Y legs that end in its column. When that
+        # bound cannot exceed a wave's PU or bank time, the exact per-link sums are skipped.
+        wave_link = np.zeros(W)
+        pu_bytes = np.bincount(wp, weights=moved, minlength=W * P).reshape(W, R, C)
+        grid_served = served.reshape(W, R, C)
+        bound = np.maximum(
+            (grid_served.sum(axis=2) + pu_bytes.sum(axis=2)).max(axis=1, initial=0.0),
+            (grid_served.sum(axis=1) + pu_bytes.sum(axis=1)).max(axis=1, initial=0.0),
+        ) / spec.noc_link_bytes_per_cycle
+        links_exact = bool(P > 1 and rec_pat.size and np.any(bound > np.maximum(wave_pu, wave_bank)))
+        if links_exact:
+            # Ax[w, row, c_src, c_dst]: X legs; By[w, col, r_src, r_dst]: Y legs
+            tab = pats.banks.reshape(-1, R, C)
+            if dense:
+                Ax = (cl.sum(axis=1) @ pats.banks).reshape(W, C, R, C).transpose(0, 2, 3, 1) + cs @ tab.sum(axis=1)
+                By = (cl @ tab.sum(axis=2)).transpose(0, 2, 3, 1)
+                By = By + (cs.sum(axis=2) @ pats.banks).reshape(W, R, R, C).transpose(0, 3, 1, 2)
+            else:
+                rp, cp = np.divmod(d_pu, C)
+                rows_t, cols_t = _Table(tab.sum(axis=2)), _Table(tab.sum(axis=1))
+                Ax = banks_t.aggregate(d_wave[ld] * C + cp[ld], W * C, rec_pat[ld]).reshape(W, C, R, C)
+                Ax = Ax.transpose(0, 2, 3, 1) + cols_t.aggregate(wp[st], W * P, rec_pat[st]).reshape(W, R, C, C)
+                By = rows_t.aggregate(wp[ld], W * P, rec_pat[ld]).reshape(W, R, C, R).transpose(0, 2, 3, 1)
+                By_st = banks_t.aggregate(d_wave[st] * R + rp[st], W * R, rec_pat[st]).reshape(W, R, R, C)
+                By = By + By_st.transpose(0, 3, 1, 2)
+            wave_link = _link_max(Ax, By) / spec.noc_link_bytes_per_cycle
+        stacked = np.stack([wave_pu, wave_bank, wave_link]) if W else np.zeros((3, 0))
+        wave_cycles = stacked.max(axis=0)
+        wave_limit = np.argmax(stacked, axis=0).astype(np.int8)
+        wave_begin = np.cumsum(wave_cycles) - wave_cycles
+        device = float(wave_cycles.sum())
+        cycles = device + overhead
 
-    # --- totals ---------------------------------------------------------------------------------
-    with np.errstate(divide="ignore", invalid="ignore"):
-        useful_local = np.where(moved > 0, useful * local / moved, 0.0)
-    bytes_local = float(useful_local.sum())
-    bytes_remote = float(useful.sum()) - bytes_local
-    total_flops = float(flops.sum())
-    peak_dtype = max(mm_dtypes or ["fp32"], key=spec.peak_macs_per_cycle)
-    start = wave_begin[wave] if n else np.zeros(0)
-    return LaunchTiming(
-        cycles=cycles,
-        seconds=spec.cycles_to_seconds(cycles),
-        device_cycles=device,
-        overhead_cycles=overhead,
-        bytes_local=bytes_local,
-        bytes_remote=max(bytes_remote, 0.0),
-        bytes_moved=float(moved.sum()),
-        flops=total_flops,
-        dma_cycles=float(prog_dma.sum()),
-        compute_cycles=float(prog_comp.sum()),
-        per_pu_busy_cycles=pu_time.reshape(W, P).sum(axis=0) if W else np.zeros(P),
-        bank_bytes=bank_total,
-        roofline_seconds=spec.roofline_seconds(total_flops, bytes_local, max(bytes_remote, 0.0), peak_dtype),
-        program_pu=pu,
-        program_start=start,
-        program_end=start + prog_time,
-        program_dma=prog_dma,
-        program_compute=prog_comp,
-        wave_cycles=wave_cycles,
-        wave_limit=wave_limit,
-        mapping=mapping,
-        clock_ghz=spec.clock_ghz,
-        extra={
-            "wave_pu_cycles": wave_pu,
-            "wave_bank_cycles": wave_bank,
-            "wave_link_cycles": wave_link,  # exact when computed, else 0 (the bound showed links cannot limit)
-            "links_exact": links_exact,
-            "threads": threads,
-        },
-    )
+        # --- totals ---------------------------------------------------------------------------------
+        with np.errstate(divide="ignore", invalid="ignore"):
+            useful_local = np.where(moved > 0, useful * local / moved, 0.0)
+        bytes_local = float(useful_local.sum())
+        bytes_remote = float(useful.sum()) - bytes_local
+        total_flops = float(flops.sum())
+        peak_dtype = max(mm_dtypes or ["fp32"], key=spec.peak_macs_per_cycle)
+        start = wave_begin[wave] if n else np.zeros(0)
+        return LaunchTiming(
+            cycles=cycles,
+            seconds=spec.cycles_to_seconds(cycles),
+            device_cycles=device,
+            overhead_cycles=overhead,
+            bytes_local=bytes_local,
+            bytes_remote=max(bytes_remote, 0.0),
+            bytes_moved=float(moved.sum()),
+            flops=total_flops,
+            dma_cycles=float(prog_dma.sum()),
+            compute_cycles=float(prog_comp.sum()),
+            per_pu_busy_cycles=pu_time.reshape(W, P).sum(axis=0) if W else np.zeros(P),
+            bank_bytes=bank_total,
+            roofline_seconds=spec.roofline_seconds(total_flops, bytes_local, max(bytes_remote, 0.0), peak_dtype),
+            program_pu=pu,
+            program_start=start,
+            program_end=start + prog_time,
+            program_dma=prog_dma,
+            program_compute=prog_comp,
+            wave_cycles=wave_cycles,
+            wave_limit=wave_limit,
+            mapping=mapping,
+            clock_ghz=spec.clock_ghz,
+            extra={
+                "wave_pu_cycles": wave_pu,
+                "wave_bank_cycles": wave_bank,
+                "wave_link_cycles": wave_link,  # exact when computed, else 0 (the bound showed links cannot limit)
+                "links_exact": links_exact,
+                "threads": threads,
+            },
+        )
+
+    owner_bytes = banks_t.aggregate(d_prog, n, rec_pat) if mapping in ("locality", "auto") else None
+    if mapping != "auto":
+        return _schedule_launch(_map_programs(mapping, n, P, owner_bytes, seed), mapping)
+    # auto: owner-computes with balanced load, kept only when it is faster than round robin (item 6)
+    rr = _map_programs("round_robin", n, P, None, seed)
+    owner = _map_programs("locality", n, P, owner_bytes, seed)
+    best = _schedule_launch(rr, mapping)
+    best.extra["auto_choice"] = "round_robin"
+    if not np.array_equal(owner, rr):
+        other = _schedule_launch(owner, mapping)
+        if other.cycles < best.cycles:
+            best = other
+            best.extra["auto_choice"] = "locality"
+    return best
+
+
 
 
 def simulate_launch(
     metadata: Any, grid: Any, trace: Any, slots: Sequence[int], spec: TargetSpec | None = None
 ) -> LaunchTiming:
-    """Convenience for the launcher: placements from the marshalled slots, `pu_mapping` and the
+    """Convenience for tests and tools: placements from the marshalled slots, `pu_mapping` and the
     kernel name from the metadata."""
     mapping = str(_meta(metadata, "pu_mapping", "round_robin") or "round_robin")
     name = str(_meta(metadata, "name", "") or "")

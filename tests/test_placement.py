@@ -103,7 +103,8 @@ def test_signature_is_hashable_and_distinguishes_policies():
     place(b, bank=2)
     sig = placement_signature(a, b, c, 7)
     hash(sig)
-    assert sig == (("blocked", None, None), ("bank", 2, None), ("interleaved", None, DEFAULT_GRANULARITY), None)
+    # c was never placed: host data, laid out by the auto policy at its first launch
+    assert sig == (("blocked", None, None), ("bank", 2, None), ("auto", None, None), None)
     d = torch.zeros(512)
     place(d, "blocked")
     assert placement_signature(d) == placement_signature(a)  # same policy, different tensor

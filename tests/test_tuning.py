@@ -362,8 +362,8 @@ def test_placement_change_retunes_and_is_keyed_separately(data, tmp_path):
     assert bench.calls == 4 and kernel.last_lookup.source == "tuned"  # same shapes, new placement
     check(out, x, y, kernel)
     entries = list(TuningCache(tmp_path / "c").entries())
-    assert [e.key.placements["x_ptr"][0] for e in entries] == ["interleaved", "blocked"]
-    assert all(e.key.placements["y_ptr"][0] == "interleaved" for e in entries)
+    assert [e.key.placements["x_ptr"][0] for e in entries] == ["auto", "blocked"]  # unplaced host data keys as "auto"
+    assert all(e.key.placements["y_ptr"][0] == "auto" for e in entries)
     fresh = autotune(_space(), key=["n"], top_k=2, model=fake_model, cache=tmp_path / "c", do_bench=bench)(tuned_shift)
     fresh[grid](x, y, out, N)
     assert bench.calls == 4 and fresh.last_lookup.source == "disk"
@@ -416,7 +416,7 @@ def test_export_table_json_and_csv(data, tmp_path):
     assert n_rows == len(rows) == 12  # 2 entries x 6 legal configs
     assert sum(r["winner"] for r in rows) == 2 and sum(r["simulated"] for r in rows) == 4
     banks = {r["placements"]["y_ptr"][0] for r in rows}
-    assert banks == {"interleaved", "bank"}
+    assert banks == {"auto", "bank"}
     winner = next(r for r in rows if r["winner"])
     assert winner["kernel"] == "tuned_shift" and winner["key"] == {"n": N} and winner["kwargs"]["BLOCK"] == 4096
     assert winner["simulated_seconds"] == pytest.approx(1e-3 / 4096)

@@ -21,7 +21,10 @@ from .errors import (
     NMPTargetError,
     NMPTimeoutError,
 )
+from .placement import decisions as placement_decisions
+from .placement import default_policy as default_placement
 from .placement import place, placement_signature
+from .placement import set_default_policy as set_default_placement
 from .target import TargetSpec, active_target, set_active_target
 
 __version__ = "0.1.0"
@@ -30,6 +33,9 @@ __all__ = [
     "activate",
     "place",
     "placement_signature",
+    "set_default_placement",
+    "default_placement",
+    "placement_decisions",
     "profile",
     "prune_configs_by",
     "autotune",

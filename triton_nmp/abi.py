@@ -75,4 +75,4 @@ def dtype_code(elem: str) -> int:
 
 
 # -- program -> PU mappings (the `pu_mapping` compile option, applied by the timing model) ---------------
-PU_MAPPINGS: tuple[str, ...] = ("round_robin", "blocked", "locality", "random")
+PU_MAPPINGS: tuple[str, ...] = ("auto", "round_robin", "blocked", "locality", "random")

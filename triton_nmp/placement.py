@@ -6,7 +6,12 @@ model asks this module, per kernel argument, how bytes map to banks.
 
 Policies (`place(tensor, policy, ...)`):
 
-- ``"interleaved"`` (the default of every tensor): consecutive `granularity`-byte chunks go to banks
+- ``"auto"`` (what every tensor gets unless told otherwise, `set_default_policy`): the layout is
+  chosen at the tensor's first kernel launch from that launch's footprint (`triton_nmp.auto_layout`:
+  one of the layouts below, matched to the programs that move the bytes), and kept. Such a
+  placement is marked `chosen`; tuning keys read it as "auto".
+- ``"interleaved"`` (the layout of unplaced buffers in the timing model): consecutive
+  `granularity`-byte chunks go to banks
   0, 1, ..., P-1, 0, 1, ... (P = number of PUs). `DEFAULT_GRANULARITY` = 1024 B: a multiple of the
   32 B DMA granule (an aligned granule never straddles two banks), small enough that a 16 KiB block
   is spread over 16 banks (no hot bank when all PUs stream), large enough that a 64-128 B tile row
@@ -26,6 +31,12 @@ keeps simulated time deterministic: the same kernel on the same shapes gives the
 whatever address the host allocator chose. Unplaced buffers are interleaved relative to their own
 first byte.
 
+Moving data is never free: a tensor that was never placed is host data, and the first placement of
+it (a place() call, or the first launch that reads it) writes it into the banks over the host link;
+placing a tensor that lives in the banks under another layout re-lays it out over the mesh. Both are
+transfers on the simulated clock (`simulator.transfer`), shown by profiles. Every decision is logged
+(`decisions()`, `triton-nmp placement show`).
+
 The registry is keyed by byte range and does not keep tensors alive: an entry is dropped by a
 `weakref.finalize` on the tensor's storage, i.e. when the memory is freed. A view of a placed
 tensor inherits the placement (with its offset inside the placed range); placing a sub-range of an
@@ -35,9 +46,11 @@ argument's bytes wins).
 
 from __future__ import annotations
 
+import bisect
 import difflib
 import itertools
 import math
+import os
 import threading
 import weakref
 from dataclasses import dataclass, field
@@ -51,6 +64,13 @@ from triton_nmp.target import active_target
 __all__ = [
     "DEFAULT_GRANULARITY",
     "POLICIES",
+    "NEW_TENSOR_POLICIES",
+    "Decision",
+    "assign",
+    "decisions",
+    "default_policy",
+    "set_default_policy",
+    "lookup",
     "NMPPlacementError",
     "Placement",
     "place",
@@ -61,7 +81,8 @@ __all__ = [
 ]
 
 DEFAULT_GRANULARITY = 1024
-POLICIES: tuple[str, ...] = ("interleaved", "blocked", "replicated", "bank")
+POLICIES: tuple[str, ...] = ("interleaved", "blocked", "replicated", "bank", "auto")
+NEW_TENSOR_POLICIES: tuple[str, ...] = ("auto", "interleaved", "blocked", "replicated")
 
 
 class NMPPlacementError(NMPError, ValueError):
@@ -83,6 +104,7 @@ class Placement:
     granularity: int | None = DEFAULT_GRANULARITY
     extent: int = 0
     origin: int = field(default=0, compare=False, repr=False)
+    chosen: bool = field(default=False, compare=False)  # laid out by the "auto" policy, not by the user
 
     # -------------------------------------------------------------------------------- mapping
 
@@ -164,6 +186,14 @@ class Placement:
         return self.policy
 
     def signature(self) -> tuple[Any, ...]:
+        """What the user asked for (tuning keys): a layout the auto policy chose reads as "auto", so a
+        tensor's key does not change when its first launch lays it out."""
+        if self.chosen:
+            return ("auto", None, None)
+        return (self.policy, self.bank, self.granularity)
+
+    def layout_signature(self) -> tuple[Any, ...]:
+        """The layout itself, chosen or requested."""
         return (self.policy, self.bank, self.granularity)
 
 
@@ -175,12 +205,18 @@ class _Entry:
     start: int
     end: int
     placement: Placement
+    storage: int  # first byte of the tensor's storage: live storages never overlap, so lookups go by it
 
 
 _lock = threading.Lock()
 _entries: dict[int, _Entry] = {}  # token -> entry; tokens increase, so the newest entry wins lookups
+_by_storage: dict[int, list[int]] = {}  # storage start -> tokens of its entries
+_storage_starts: list[int] = []  # sorted keys of _by_storage
 _tokens = itertools.count(1)
 _generation = 0
+_default_policy = os.environ.get("TRITON_NMP_PLACEMENT", "auto") or "auto"
+
+
 _freed: list[int] = []  # tokens of placed tensors freed since the registry last looked (see _drop)
 
 
@@ -195,17 +231,31 @@ def _apply_freed() -> None:
     """Forget the entries of freed tensors; the caller holds `_lock`."""
     global _generation
     while _freed:
-        if _entries.pop(_freed.pop(), None) is not None:
-            _generation += 1
+        token = _freed.pop()
+        e = _entries.pop(token, None)
+        if e is None:
+            continue
+        _generation += 1
+        toks = _by_storage.get(e.storage)
+        if toks is not None:
+            toks.remove(token)
+            if not toks:
+                del _by_storage[e.storage]
+                k = bisect.bisect_left(_storage_starts, e.storage)
+                if k < len(_storage_starts) and _storage_starts[k] == e.storage:
+                    del _storage_starts[k]
 
 
 def clear_placements() -> None:
-    """Forget every placement (tests; tensors already placed fall back to interleaved)."""
+    """Forget every placement (tests; tensors already placed are host data again)."""
     global _generation
     with _lock:
         _freed.clear()
         _entries.clear()
+        _by_storage.clear()
+        _storage_starts.clear()
         _generation += 1
+        _decisions.clear()
 
 
 def placement_generation() -> int:
@@ -215,6 +265,27 @@ def placement_generation() -> int:
         with _lock:
             _apply_freed()
     return _generation
+
+
+def default_policy() -> str:
+    """The policy new tensors get at their first kernel launch ("auto" unless set otherwise)."""
+    return _default_policy
+
+
+def set_default_policy(policy: str) -> str:
+    """Set the policy of tensors that were never placed, returning the previous one.
+
+    "auto" (the default; also `TRITON_NMP_PLACEMENT`): at its first kernel launch a tensor gets the
+    layout that launch's footprint asks for (`triton_nmp.auto_layout`). "interleaved", "blocked" or
+    "replicated": that layout, whatever the kernel. Either way the first launch that reads a tensor
+    pays for writing its host data into the banks (a transfer on the simulated clock)."""
+    global _default_policy, _generation
+    if policy not in NEW_TENSOR_POLICIES:
+        raise _fail(f"unknown default policy {policy!r}", f"choose one of {', '.join(NEW_TENSOR_POLICIES)}")
+    with _lock:
+        old, _default_policy = _default_policy, policy
+        _generation += 1
+    return old
 
 
 def _extent_bytes(t: Any) -> int:
@@ -227,16 +298,40 @@ def _extent_bytes(t: Any) -> int:
     return extent * t.element_size()
 
 
+def describe_tensor(t: Any) -> str:
+    """'fp32[4096, 1024] (16.0 MiB)' for reports."""
+    dtype = str(t.dtype).replace("torch.", "").replace("float", "fp")
+    size = _extent_bytes(t)
+    return f"{dtype}{list(t.shape)} ({size / 2**20:.1f} MiB)" if size >= 2**20 else f"{dtype}{list(t.shape)} ({size} B)"
+
+
 def _fail(what: str, todo: str) -> NMPPlacementError:
     return NMPPlacementError(f"place(): {what}; {todo}")
 
 
-def place(tensor: Any, policy: str = "interleaved", *, bank: int | None = None, granularity: int | None = None) -> Any:
+def _check_capacity(policy: str, nbytes: int, spec: Any) -> None:
+    nbanks = spec.num_pus
+    per_bank = nbytes if policy in ("replicated", "bank") else math.ceil(nbytes / nbanks)
+    if per_bank > spec.bank_bytes:
+        raise _fail(
+            f"{policy} placement puts {per_bank} bytes in one bank but a bank of {spec.name} holds {spec.bank_bytes}",
+            "use 'interleaved' or 'blocked' to spread the tensor over all banks",
+        )
+
+
+def place(tensor: Any, policy: str = "interleaved", *, bank: int | None = None, granularity: int | None = None,
+          copy: bool = True) -> Any:
     """Place `tensor` in the banks of the active target and return it (so calls can be chained).
 
     `policy` is "interleaved" (optionally with `granularity` bytes per chunk), "blocked",
-    "replicated" or "bank"; `bank=<int>` alone selects "bank". The placement lasts as long as the
+    "replicated", "bank" (`bank=<int>` alone selects it) or "auto" (the layout is chosen from the
+    footprint of the first kernel that uses the tensor). The placement lasts as long as the
     tensor's memory and is checked against the active target (bank range, bank capacity).
+
+    Moving data is charged on the simulated clock: placing host data writes it into the banks over
+    the host link, placing a tensor that already lives in the banks re-lays it out over the mesh
+    (`simulator.transfer`; both show in profiles as transfers). `copy=False` declares the current
+    contents dead (an output buffer): nothing is moved.
     """
     import torch
 
@@ -281,46 +376,119 @@ def place(tensor: Any, policy: str = "interleaved", *, bank: int | None = None, 
             )
         granularity = int(granularity)
     nbytes = _extent_bytes(tensor)
-    per_bank = {
-        "interleaved": math.ceil(nbytes / nbanks),
-        "blocked": math.ceil(nbytes / nbanks),
-        "replicated": nbytes,
-        "bank": nbytes,
-    }[policy]
-    if per_bank > spec.bank_bytes:
-        raise _fail(
-            f"{policy} placement puts {per_bank} bytes in one bank but a bank of {spec.name} holds {spec.bank_bytes}",
-            "use 'interleaved' or 'blocked' to spread the tensor over all banks",
-        )
+    if policy != "auto":
+        _check_capacity(policy, nbytes, spec)
     if nbytes == 0:
         return tensor
     start = tensor.data_ptr()
     gran = (granularity or DEFAULT_GRANULARITY) if policy == "interleaved" else None
     placement = Placement(policy, bank if policy == "bank" else None, gran, nbytes, start)
+    assign(tensor, placement, copy=copy, why="place()")
+    return tensor
+
+
+def assign(tensor: Any, placement: Placement, *, copy: bool = True, why: str = "", name: str = "") -> None:
+    """Record `placement` for the tensor's bytes and charge the move it implies (see `place`): a host
+    write when the bytes were host data and `copy`, a re-layout when they lived in other banks.
+    `why` and `name` go to the decision log (`decisions()`) and the profile."""
+    start, nbytes = tensor.data_ptr(), _extent_bytes(tensor)
+    old = lookup(start, nbytes)
+    desc = (f"{name}: " if name else "") + describe_tensor(tensor)
+    transfer = None
+    if placement.policy != "auto":
+        if old is not None and old.policy != "auto":
+            same = old.layout_signature() == placement.layout_signature() and old.origin == placement.origin
+            if not same:
+                transfer = ("relayout", old, start - old.origin)
+        elif copy:
+            transfer = ("host_write", None, 0)
+    storage = tensor.untyped_storage().data_ptr()
     global _generation
     token = next(_tokens)
-    entry = _Entry(start, start + nbytes, placement)
+    entry = _Entry(start, start + nbytes, placement, storage)
     with _lock:
         _apply_freed()
         _entries[token] = entry
+        toks = _by_storage.get(storage)
+        if toks is None:
+            _by_storage[storage] = [token]
+            bisect.insort(_storage_starts, storage)
+        else:
+            toks.append(token)
         _generation += 1
     weakref.finalize(tensor.untyped_storage(), _drop, token)
-    return tensor
+    _log(Decision(desc, placement.describe(), why, transfer[0] if transfer else ""))
+    if transfer is not None:
+        _charge(transfer[0], transfer[1], transfer[2], placement, nbytes, desc)
+
+
+def _charge(kind: str, old: Placement | None, old_base: int, new: Placement, nbytes: int, desc: str) -> None:
+    """Put the transfer on the simulated clock (in order with kernel launches)."""
+    from triton_nmp.driver.device import clock
+    from triton_nmp.simulator import transfer
+
+    spec = active_target()
+    if kind == "host_write":
+        t = transfer.host_write(new, nbytes, spec, desc)
+    else:
+        t = transfer.relayout(old, old_base, new, nbytes, spec, desc)
+    clock.submit_transfer(t, spec)
+
+
+def lookup(data_ptr: int, nbytes: int) -> Placement | None:
+    """The newest placement recorded for a range holding [data_ptr, data_ptr + nbytes), else None
+    (host data, never placed)."""
+    end = data_ptr + max(int(nbytes), 0)
+    with _lock:
+        _apply_freed()
+        k = bisect.bisect_right(_storage_starts, data_ptr) - 1
+        if k < 0:
+            return None
+        best = None
+        for token in _by_storage[_storage_starts[k]]:
+            e = _entries[token]
+            if e.start <= data_ptr and end <= e.end and (best is None or token > best[0]):
+                best = (token, e)
+    return best[1].placement if best is not None else None
 
 
 def placement_of(data_ptr: int, nbytes: int) -> Placement:
     """The placement of the buffer [data_ptr, data_ptr + nbytes): the newest placed range holding it,
     else the default (interleaved relative to `data_ptr`)."""
-    end = data_ptr + max(int(nbytes), 0)
-    with _lock:
-        _apply_freed()
-        best = None
-        for token, e in _entries.items():
-            if e.start <= data_ptr and end <= e.end and (best is None or token > best[0]):
-                best = (token, e)
-    if best is not None:
-        return best[1].placement
+    found = lookup(data_ptr, nbytes)
+    if found is not None:
+        return found
     return Placement("interleaved", None, DEFAULT_GRANULARITY, int(nbytes), int(data_ptr))
+
+
+# ------------------------------------------------------------------------------------ decisions
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One placement decision, for `decisions()`, profiles and `triton-nmp placement show`."""
+
+    tensor: str
+    layout: str
+    why: str
+    transfer: str = ""  # "host_write", "relayout" or "" (nothing moved)
+
+
+_decisions: list[Decision] = []
+MAX_DECISIONS = 4096
+
+
+def _log(d: Decision) -> None:
+    with _lock:
+        _decisions.append(d)
+        if len(_decisions) > MAX_DECISIONS:
+            del _decisions[: len(_decisions) - MAX_DECISIONS]
+
+
+def decisions() -> list[Decision]:
+    """The most recent placement decisions (at most MAX_DECISIONS), oldest first."""
+    with _lock:
+        return list(_decisions)
 
 
 def placement_signature(*tensors: Any) -> tuple[Any, ...]:
@@ -330,7 +498,12 @@ def placement_signature(*tensors: Any) -> tuple[Any, ...]:
     out: list[Any] = []
     for t in tensors:
         if isinstance(t, torch.Tensor) and t.device.type == "cpu":
-            out.append(placement_of(t.data_ptr(), _extent_bytes(t)).signature())
+            found = lookup(t.data_ptr(), _extent_bytes(t))
+            if found is None:  # host data: laid out at first use by the default policy
+                out.append((_default_policy, None, None) if _default_policy == "auto"
+                           else placement_of(t.data_ptr(), _extent_bytes(t)).signature())
+            else:
+                out.append(found.signature())
         else:
             out.append(None)
     return tuple(out)

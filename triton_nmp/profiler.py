@@ -22,9 +22,9 @@ from typing import Any
 
 import triton  # noqa: F401  (first: importing Triton imports the nmp driver; the reverse order is a cycle)
 
-from triton_nmp.driver.device import ResolvedLaunch, clock
+from triton_nmp.driver.device import ResolvedLaunch, ResolvedTransfer, clock
 
-__all__ = ["LaunchRecord", "Profile", "profile"]
+__all__ = ["LaunchRecord", "TransferRecord", "Profile", "profile"]
 
 LAUNCH_PID = 1_000_000  # Chrome trace process of the per-launch spans, apart from the timing model's PU tracks
 
@@ -55,6 +55,8 @@ class LaunchRecord:
     memo_hit: bool = False  # timing reused from an identical earlier launch
     estimated: bool = False  # no execution trace: timing estimated from counters
     spec: Any = field(default=None, repr=False)
+    mapping: str = ""  # program -> PU mapping the timing model applied ("auto -> locality", "round_robin", ...)
+    note: str = ""  # why the mapping differs from the one asked for (e.g. a data-dependent footprint)
 
     @property
     def bytes_total(self) -> int:
@@ -101,7 +103,36 @@ class LaunchRecord:
             memo_hit=r.memo_hit,
             estimated=bool(getattr(t, "estimated", False)),
             spec=launch.spec,
+            mapping=_mapping_of(launch.mapping, t),
+            note=launch.note,
         )
+
+
+def _mapping_of(asked: str, timing: Any) -> str:
+    extra = getattr(timing, "extra", None) or {}
+    choice = extra.get("auto_choice")
+    return f"{asked} -> {choice}" if choice else asked
+
+
+@dataclass
+class TransferRecord:
+    """Data moved outside kernels: host data written into banks, or a tensor re-laid out."""
+
+    kind: str  # "host_write" | "relayout"
+    tensor: str
+    nbytes: int
+    src: str
+    dst: str
+    sim_seconds: float
+    sim_start_seconds: float
+    noc_bytes: float  # bytes that crossed the mesh
+    limit: str  # what set the time
+
+    @classmethod
+    def from_resolved(cls, r: ResolvedTransfer) -> TransferRecord:
+        t = r.transfer
+        return cls(t.kind, t.tensor, int(t.nbytes), t.src, t.dst, float(t.seconds), r.start_seconds,
+                   float(t.noc_bytes), t.limit)
 
 
 def _fmt_bytes(n: float) -> str:
@@ -123,17 +154,26 @@ class Profile:
     """The launches recorded by one `profile()` context."""
 
     launches: list[LaunchRecord] = field(default_factory=list)
+    transfers: list[TransferRecord] = field(default_factory=list)  # host writes and re-layouts, in order
     replayed: int = 0  # launches replayed inside benchmark loops (not executed, not recorded)
     start_seconds: float = 0.0  # simulated clock when the context was entered
     end_seconds: float = 0.0  # ... and left
 
-    def _on_launch(self, r: ResolvedLaunch) -> None:
-        self.launches.append(LaunchRecord.from_resolved(r))
+    def _on_launch(self, r: ResolvedLaunch | ResolvedTransfer) -> None:
+        if isinstance(r, ResolvedTransfer):
+            self.transfers.append(TransferRecord.from_resolved(r))
+        else:
+            self.launches.append(LaunchRecord.from_resolved(r))
 
     @property
     def sim_seconds(self) -> float:
-        """Simulated time of the recorded launches (replays excluded)."""
+        """Simulated time of the recorded launches (replays and transfers excluded)."""
         return sum(rec.sim_seconds for rec in self.launches)
+
+    @property
+    def transfer_seconds(self) -> float:
+        """Simulated time of the data moved outside kernels (host writes, re-layouts)."""
+        return sum(t.sim_seconds for t in self.transfers)
 
     # -- Chrome / Perfetto trace ---------------------------------------------------------------------
 
@@ -168,6 +208,15 @@ class Profile:
                 }
             )
             t_us += rec.sim_seconds * 1e6
+        if self.transfers:
+            events.append({"name": "thread_name", "ph": "M", "pid": LAUNCH_PID, "tid": 1,
+                           "args": {"name": "transfers (host writes, re-layouts)"}})
+            t0 = self.transfers[0].sim_start_seconds
+            for t in self.transfers:
+                events.append({"name": f"{t.kind} {t.tensor}", "cat": "transfer", "ph": "X", "pid": LAUNCH_PID,
+                               "tid": 1, "ts": (t.sim_start_seconds - t0) * 1e6, "dur": t.sim_seconds * 1e6,
+                               "args": {"bytes": t.nbytes, "from": t.src, "to": t.dst, "noc_bytes": t.noc_bytes,
+                                        "limit": t.limit}})
         return events
 
     def save_trace(self, path: str | os.PathLike[str]) -> None:
@@ -184,7 +233,8 @@ class Profile:
 
     def summary(self) -> str:
         """A printable table: one row per launch and a total."""
-        head = ("kernel", "grid", "sim time", "% roofline", "GB/s", "GFLOP/s", "local", "remote", "SPM peak")
+        head = ("kernel", "grid", "sim time", "% roofline", "GB/s", "GFLOP/s", "local", "remote", "SPM peak",
+                "mapping")
         rows = []
         for rec in self.launches:
             name = rec.kernel + (" (est.)" if rec.estimated else "")
@@ -199,6 +249,7 @@ class Profile:
                     _fmt_bytes(rec.bytes_local),
                     _fmt_bytes(rec.bytes_remote),
                     _fmt_bytes(rec.spm_peak_bytes),
+                    rec.mapping,
                 )
             )
         total_s = self.sim_seconds
@@ -216,6 +267,7 @@ class Profile:
                 _fmt_bytes(sum(r.bytes_local for r in self.launches)),
                 _fmt_bytes(sum(r.bytes_remote for r in self.launches)),
                 _fmt_bytes(max((r.spm_peak_bytes for r in self.launches), default=0)),
+                "",
             )
         )
         widths = [max(len(head[c]), *(len(r[c]) for r in rows)) for c in range(len(head))]
@@ -228,6 +280,15 @@ class Profile:
         out += [line(tuple("-" * w for w in widths)), line(rows[-1])]
         if self.replayed:
             out.append(f"({self.replayed} launches replayed inside benchmark loops are not listed)")
+        for rec in self.launches:
+            if rec.note:
+                out.append(f"note: {rec.kernel}: {rec.note}")
+        if self.transfers:
+            out.append(f"transfers (data moved outside kernels): {len(self.transfers)}, "
+                       f"{_fmt_time(self.transfer_seconds)}")
+            for t in self.transfers:
+                out.append(f"  {t.kind:<10} {_fmt_time(t.sim_seconds):>11}  {t.tensor}: {t.src} -> {t.dst}"
+                           f" ({t.limit})")
         return "\n".join(out)
 
     def __str__(self) -> str:

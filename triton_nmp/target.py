@@ -112,6 +112,9 @@ class TargetSpec:
     launch_overhead_us: float = _f(5.0, "launch.overhead_us", "us", _NONNEGATIVE, "host cost per kernel launch")
     # --- optional fields (docs/machine-model.md): their defaults are neutral, i.e. they reproduce the model
     # of the fields above exactly, so files written before they existed keep their meaning.
+    host_write_gb_per_s: float = _f(64.0, "host.write_gb_per_s", "GB/s", _POSITIVE,
+                                    "host -> banks link (tensors written in, charged by simulator.transfer)",
+                                    optional=True)
     dma_store_setup_cycles: int = _f(100, "dma.store_setup_cycles", "cycles", _NONNEGATIVE,
                                      "fixed cost per store descriptor", optional=True, inherit="dma_setup_cycles")
     dma_store_bytes_per_cycle: float = _f(16.0, "dma.store_bytes_per_cycle", "B/cycle", _POSITIVE,

@@ -1,0 +1,135 @@
+"""A launch's static footprint: the trace predicted from nmpir before the kernel runs.
+
+Placement decisions (which bank holds a tensor's bytes, which PU runs which program) have to be made
+before a launch runs on real hardware, so they may only use what is known beforehand: the kernel's
+code, its scalar arguments, its grid and its buffers' sizes. `backend.trace_predict` turns exactly
+that into the DMA records every program will issue; when a record depends on loaded data (a gather
+through loaded indices, a data-dependent loop bound), the prediction says so (`exact` False) and
+placement falls back to footprint-free choices (round-robin mapping, the default layout).
+
+The nmpir of a kernel comes from the compile in this process (`register_kernel`, called by the nmpir
+stage) or, for a kernel loaded from Triton's cache or compiled by another process, from the TTIR in
+Triton's cache, lowered again (once per kernel and process).
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Footprint", "register_kernel", "kernel_func", "launch_footprint"]
+
+_MAX_CACHED = 512
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """Predicted records of one launch (`triton_nmp.abi` layout), or why there are none."""
+
+    trace: np.ndarray | None
+    exact: bool
+    reason: str = ""
+
+
+_lock = threading.Lock()
+_funcs: dict[str, Any] = {}  # metadata hash -> nmpir Func (None: could not be recovered)
+_footprints: OrderedDict[Any, Footprint] = OrderedDict()
+
+
+def register_kernel(kernel_hash: str, func: Any) -> None:
+    """Remember the nmpir of a kernel compiled in this process (the nmpir stage calls this)."""
+    if kernel_hash:
+        with _lock:
+            _funcs[kernel_hash] = func
+
+
+def _meta(metadata: Any, key: str, default: Any = None) -> Any:
+    if isinstance(metadata, dict):
+        return metadata.get(key, default)
+    return getattr(metadata, key, default)
+
+
+def _from_cache(metadata: Any) -> Any:
+    """Lower the TTIR Triton cached for this kernel again (kernels compiled elsewhere)."""
+    from triton.runtime.cache import get_cache_manager
+
+    from triton_nmp.backend.pipeline import PassContext, compile_ttir
+    from triton_nmp.target import spec_for_arch
+
+    h, name = _meta(metadata, "hash"), _meta(metadata, "name")
+    if not h or not name:
+        return None
+    path = get_cache_manager(h).get_file(f"{name}.ttir")
+    if path is None:
+        return None
+    with open(path) as f:
+        ttir = f.read()
+    target = _meta(metadata, "target")
+    arch = getattr(target, "arch", None) or _meta(metadata, "arch", "") or ""
+    ctx = PassContext(spec_for_arch(str(arch)), int(_meta(metadata, "num_stages", 2) or 2))
+    return compile_ttir(ttir, ctx).kernel
+
+
+def kernel_func(metadata: Any) -> Any:
+    """The nmpir Func of a compiled kernel, or None when it cannot be had."""
+    h = _meta(metadata, "hash")
+    with _lock:
+        if h in _funcs:
+            return _funcs[h]
+    try:
+        func = _from_cache(metadata)
+    except Exception:  # noqa: BLE001 - a kernel we cannot re-lower simply has no static footprint
+        func = None
+    with _lock:
+        _funcs[h] = func
+    return func
+
+
+_unpack_d = struct.Struct("<d").unpack
+_pack_q = struct.Struct("<q").pack
+
+
+def launch_footprint(metadata: Any, args: Any, vals: tuple[int, ...], grid: tuple[int, int, int],
+                     key: Any) -> Footprint:
+    """The predicted trace of a launch from its marshalled slot values (`args`: the KernelABI's
+    ArgInfos, a pointer taking two slots [data_ptr, span]), memoised per kernel and `key` (the
+    launcher's: grid, scalar values and pointer spans, which is all the prediction reads)."""
+    from triton_nmp.backend.trace_predict import predict_trace
+
+    key = (_meta(metadata, "hash"), key)
+    with _lock:
+        hit = _footprints.get(key)
+        if hit is not None:
+            _footprints.move_to_end(key)
+            return hit
+    func = kernel_func(metadata)
+    if func is None:
+        fp = Footprint(None, False, "the kernel's nmpir is not available (compiled elsewhere, not in Triton's cache)")
+    else:
+        scalars: dict[str, int | float] = {}
+        spans: dict[str, int] = {}
+        i = 0
+        for a in args:
+            if a.kind == "ptr":
+                spans[a.name] = int(vals[i + 1])
+                i += 2
+            else:
+                v = vals[i]
+                scalars[a.name] = _unpack_d(_pack_q(v))[0] if a.kind == "float" else int(v)
+                i += 1
+        try:
+            pred = predict_trace(func, scalars, spans, grid)
+        except Exception as e:  # noqa: BLE001 - an op the predictor does not model: no static footprint
+            fp = Footprint(None, False, f"the trace predictor cannot follow this kernel ({type(e).__name__}: {e})")
+        else:
+            fp = Footprint(pred.trace if pred.exact else None, pred.exact, pred.reason)
+    with _lock:
+        _footprints[key] = fp
+        while len(_footprints) > _MAX_CACHED:
+            _footprints.popitem(last=False)
+    return fp
