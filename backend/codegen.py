@@ -64,7 +64,8 @@ from .codegen_scalar import (
 from .codegen_watchdog import tick as watchdog_tick
 from .ir import Func, Module, Op, Ty, Value
 from .loop_cost import run_accesses, use_counts
-from .nmpir import FUSABLE_MEMORY_OPS, fused_run_length
+from .nmpir import fused_run_length
+from .ops import FUSABLE_MEMORY_OPS, Operands
 from .scratchpad import ScratchpadPlan
 from .timing_only import timing_only_eligible
 
@@ -795,8 +796,9 @@ class KernelCodegen(LanguageCodegen):
                             len(inputs)])
 
     def op_scf_for(self, op: Op) -> None:
-        lb, ub, step = (self.scalar(o) for o in op.operands[:3])
-        inits = op.operands[3:]
+        loop = Operands(op)
+        lb, ub, step = (self.scalar(o) for o in (loop.lb, loop.ub, loop.step))
+        inits = loop.inits
         body = op.regions[0].block
         iv, bargs = body.args[0], body.args[1:]
         b = self.b
@@ -909,8 +911,8 @@ class KernelCodegen(LanguageCodegen):
                 self.vals[id(a)] = p
         self.emit_block(before.ops[:-1])
         cond_op = before.ops[-1]
-        cond = self.scalar(cond_op.operands[0])
-        fwd = cond_op.operands[1:]
+        cond = self.scalar(Operands(cond_op).cond)
+        fwd = Operands(cond_op).values
         for a, v in zip(after.args, fwd):
             if a.type.is_tensor:
                 self.bufs[id(a)] = self.buffer(v)
@@ -936,18 +938,11 @@ class KernelCodegen(LanguageCodegen):
 
     # -- memory ----------------------------------------------------------------------------------------
     def _dma_operands(self, op: Op):
-        rank = op.attrs["rank"]
-        ops = op.operands
-        root = ops[0]
-        offset = self.scalar(ops[1])
-        strides = [self.scalar(x) for x in ops[2:2 + rank]]
-        bounds = [self.scalar(x) for x in ops[2 + rank:2 + 2 * rank]]
-        pos = 2 + 2 * rank
-        guard = None
-        if op.attrs.get("guarded"):
-            guard = self.scalar(ops[pos])
-            pos += 1
-        return root, offset, strides, bounds, guard, pos
+        """(base argument, offset, strides, bounds, guard) of a DMA, as LLVM values (guard None if none)."""
+        d = Operands(op)
+        guard = self.scalar(d.guard) if d.guard is not None else None
+        strides, bounds = [self.scalar(x) for x in d.strides], [self.scalar(x) for x in d.bounds]
+        return d.base, self.scalar(d.offset), strides, bounds, guard
 
     def _valid_box(self, shape, bounds, guard):
         """Clamp each dimension's bound to [0, size]; returns (valid counts, any-valid, full-tile)."""
@@ -1051,8 +1046,8 @@ class KernelCodegen(LanguageCodegen):
         b = self.b
         r = op.result
         shape = r.type.shape
-        root, offset, strides, bounds, guard, pos = self._dma_operands(op)
-        other = op.operands[pos] if op.attrs.get("has_other") else None
+        root, offset, strides, bounds, guard = self._dma_operands(op)
+        other = Operands(op).other
         esize = r.type.elem_bytes
         valid, ok, full = self._valid_box(shape, bounds, guard)
         is_scalar = not r.type.is_tensor
@@ -1086,8 +1081,8 @@ class KernelCodegen(LanguageCodegen):
 
     def op_nmp_dma_store(self, op: Op) -> None:
         b = self.b
-        root, offset, strides, bounds, guard, pos = self._dma_operands(op)
-        value = op.operands[pos]
+        root, offset, strides, bounds, guard = self._dma_operands(op)
+        value = Operands(op).value
         shape = value.type.shape
         esize = value.type.elem_bytes
         valid, ok, _full = self._valid_box(shape, bounds, guard)
@@ -1120,14 +1115,8 @@ class KernelCodegen(LanguageCodegen):
     def _gather_parts(self, op: Op):
         """(elements, per-element body, epilogue) of a gather, so a fused run can end in one."""
         b = self.b
-        root, ptrs = op.operands[0], op.operands[1]
-        pos = 2
-        mask = other = None
-        if op.attrs.get("has_mask"):
-            mask = op.operands[pos]
-            pos += 1
-        if op.attrs.get("has_other"):
-            other = op.operands[pos]
+        g = Operands(op)
+        root, ptrs, mask, other = g.base, g.ptrs, g.mask, g.other
         r = op.result
         st = storage_type(r.type)
         esize = r.type.elem_bytes
@@ -1165,8 +1154,8 @@ class KernelCodegen(LanguageCodegen):
 
     def _scatter_parts(self, op: Op):
         b = self.b
-        root, ptrs, value = op.operands[:3]
-        mask = op.operands[3] if op.attrs.get("has_mask") else None
+        sc = Operands(op)
+        root, ptrs, value, mask = sc.base, sc.ptrs, sc.value, sc.mask
         st = storage_type(value.type)
         esize = value.type.elem_bytes
         site = self.site(op, root.name)

@@ -22,6 +22,7 @@ from triton_nmp.opclass import OP_ALU, region_class
 
 from .codegen_scalar import I1, I32, I64, storage_type
 from .ir import Op, Value
+from .ops import Operands
 
 
 def _i64(x: int) -> ir.Constant:
@@ -211,8 +212,7 @@ class LanguageCodegen:
         self.loop_nest(r.type.shape, body)
 
     def op_nmp_histogram(self, op: Op) -> None:
-        x = op.operands[0]
-        mask = op.operands[1] if op.attrs.get("has_mask") else None
+        x, mask = Operands(op).input, Operands(op).mask
         r = op.result
         nbins = r.type.numel
         b = self.b
@@ -313,12 +313,8 @@ class LanguageCodegen:
     def _atomic_parts(self, op: Op):
         """(elements, per-element read-modify-write, epilogue), so a fused run can end in an atomic."""
         kind = op.attrs["kind"]
-        root, ptrs = op.operands[0], op.operands[1]
-        if kind == "cas":
-            cmp, val, mask = op.operands[2], op.operands[3], None
-        else:
-            cmp, val = None, op.operands[2]
-            mask = op.operands[3] if op.attrs.get("has_mask") else None
+        at = Operands(op)
+        root, ptrs, cmp, val, mask = at.base, at.ptrs, at.cmp, at.value, at.mask
         r = op.result
         b = self.b
         st = storage_type(r.type)

@@ -7,7 +7,8 @@ just a set of op names, which keeps every stage a plain function from one module
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import itertools
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -186,3 +187,28 @@ class Module:
     @property
     def kernel(self) -> Func:
         return self.funcs[-1]
+
+
+class Builder:
+    """Appends new ops to `block` at source location `loc`; the one way passes create IR.
+
+    Results are named by the caller, or `<prefix><n>` from a counter the builders of one pass can
+    share (`counter=`), so the printed IR names every value uniquely and deterministically."""
+
+    def __init__(self, block: Block | None = None, loc: Loc = UNKNOWN_LOC, prefix: str = "t",
+                 counter: Iterator[int] | None = None):
+        self.block = block if block is not None else Block()
+        self.loc = loc
+        self.prefix = prefix
+        self.counter = counter if counter is not None else itertools.count()
+
+    def op(self, name: str, operands: Sequence[Value] = (), result_types: Sequence[Ty] = (), attrs: dict | None = None,
+           regions: Sequence[Region] = (), names: Sequence[str] | None = None, loc: Loc | None = None) -> Op:
+        op = Op(name, list(operands), [], dict(attrs or {}), list(regions), self.loc if loc is None else loc)
+        for i, t in enumerate(result_types):
+            op.results.append(Value(names[i] if names else f"{self.prefix}{next(self.counter)}", t, op))
+        self.block.ops.append(op)
+        return op
+
+    def const(self, value: Any, ty: Ty = Ty("i64"), name: str | None = None) -> Value:
+        return self.op("arith.constant", [], [ty], {"value": value}, names=[name] if name else None).result

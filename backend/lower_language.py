@@ -6,7 +6,7 @@ from the core conversion so the core (access analysis, loops, DMA) stays small.
 
 from __future__ import annotations
 
-from .ir import Block, Op, Region
+from .ir import Block, Builder, Op, Region
 
 
 class LanguageLowering:
@@ -163,7 +163,7 @@ class LanguageLowering:
             values = self.returns[-1].pop() if self.returns and self.returns[-1] else []
             if len(values) != len(result_types):
                 raise self.error(f"a branch of '{self.cfg_owner.name}' does not end in a return")
-            blk.ops.append(Op("scf.yield", values, [], {}, [], self.loc))
+            Builder(blk, self.loc).op("scf.yield", values)
             regions.append(Region([blk]))
         new = self.emit("scf.if", [cond], result_types, {}, regions)
         if self.returns:

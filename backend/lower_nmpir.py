@@ -9,14 +9,13 @@ becomes a tile op; tiles that only fed DMA descriptors are removed by dead-code 
 
 from __future__ import annotations
 
-import itertools
-
 from triton_nmp.errors import NMPCompilationError
 
 from .access import Affine, AffineAnalysis, MaskAnalysis, MaskBox
 from .codegen_scalar import ELEMENTWISE_OPS
-from .ir import Block, Func, Loc, Module, Op, Region, Ty, Value
+from .ir import Block, Builder, Func, Loc, Module, Op, Region, Ty, Value
 from .lower_language import LanguageLowering
+from .ops import make_operands
 
 I64 = Ty("i64")
 I1 = Ty("i1")
@@ -43,29 +42,38 @@ class Lowering(LanguageLowering):
         self.masks = MaskAnalysis(self.aff, func)
         self.vmap: dict[int, Value] = {}
         self.syms: dict[object, Value] = {}
-        self.block: Block | None = None
-        self.loc = Loc()
+        self.builder = Builder(prefix="t")  # its block and loc are where the next op goes
         self.block_arg_init: dict[int, Value] = {}
-        self.counter = itertools.count()
         self.deferred = _nested_only_constants(func)
         self.sunk: dict[tuple[int, int], tuple[Block, Value]] = {}
         self.hoisted: dict[tuple, Value] = {}
 
     # -- helpers -----------------------------------------------------------------------------------
+    @property
+    def block(self) -> Block:
+        return self.builder.block
+
+    @block.setter
+    def block(self, block: Block) -> None:
+        self.builder.block = block
+
+    @property
+    def loc(self) -> Loc:
+        return self.builder.loc
+
+    @loc.setter
+    def loc(self, loc: Loc) -> None:
+        self.builder.loc = loc
+
     def error(self, msg: str, hint: str = "") -> NMPCompilationError:
         return NMPCompilationError(msg, kernel=self.func.name, loc=str(self.loc), hint=hint)
 
     def emit(self, name: str, operands: list[Value], result_types: list[Ty], attrs: dict | None = None,
              regions: list[Region] | None = None, names: list[str] | None = None) -> Op:
-        op = Op(name, list(operands), [], dict(attrs or {}), list(regions or []), self.loc)
-        for i, t in enumerate(result_types):
-            nm = names[i] if names else f"t{next(self.counter)}"
-            op.results.append(Value(nm, t, op))
-        self.block.ops.append(op)
-        return op
+        return self.builder.op(name, operands, result_types, attrs, regions or (), names)
 
     def const(self, value, ty: Ty = I64) -> Value:
-        return self.emit("arith.constant", [], [ty], {"value": value}, names=[f"c{value}"]).result
+        return self.builder.const(value, ty, f"c{value}")
 
     def vec_operand(self, v: Value) -> Value:
         """An elementwise op's operand: a uniform constant tile (`arith.constant dense<c>`) is passed as
@@ -277,11 +285,11 @@ class Lowering(LanguageLowering):
         strides = [self.sexpr(s) for s in form.strides]
         bounds = [self.sexpr(b) if b is not None else self.const(n) for b, n in zip(box.bounds, shape)]
         guard = self._guard(box)
-        operands = [self.get(form.root), offset, *strides, *bounds]
         attrs = {"rank": len(shape), "arg": form.root.name}
         if guard is not None:
-            operands.append(guard)
             attrs["guarded"] = True
+        operands = make_operands("nmp.dma_load", attrs, base=self.get(form.root), offset=offset, strides=strides,
+                                 bounds=bounds, guard=guard)
         return operands, attrs
 
     def _root_checked(self, ptr: Value, what: str) -> Value:
@@ -311,15 +319,16 @@ class Lowering(LanguageLowering):
         other = op.operands[2] if len(op.operands) > 2 else None
         r = op.results[0]
         desc = self._descriptor(ptr, mask, r.type.shape)
-        if desc is not None:
+        if desc is not None:  # the address part of a DMA descriptor: base offset strides bounds guard?
             name, (operands, attrs) = "nmp.dma_load", desc
         else:
             root = self._root_checked(ptr, "load reads from")
-            name, operands, attrs = "nmp.gather", [self.get(root), self.get(ptr)], {"arg": root.name}
+            name, attrs = "nmp.gather", {"arg": root.name}
             if mask is not None:
-                operands.append(self.get(mask))
                 attrs["has_mask"] = True
-        if other is not None:
+            operands = make_operands(name, attrs, base=self.get(root), ptrs=self.get(ptr),
+                                     mask=self.get(mask) if mask is not None else None)
+        if other is not None:  # last in both layouts
             operands.append(self.other_value(other))
             attrs["has_other"] = True
         self.bind(op, self.emit(name, operands, [r.type], attrs, names=[r.name]))
@@ -330,14 +339,14 @@ class Lowering(LanguageLowering):
         desc = self._descriptor(ptr, mask, value.type.shape)
         if desc is not None:
             operands, attrs = desc
-            self.emit("nmp.dma_store", operands + [self.get(value)], [], attrs)
+            self.emit("nmp.dma_store", operands + [self.get(value)], [], attrs)  # value follows the address part
             return
         root = self._root_checked(ptr, "store writes to")
-        operands = [self.get(root), self.get(ptr), self.get(value)]
         attrs = {"arg": root.name}
         if mask is not None:
-            operands.append(self.get(mask))
             attrs["has_mask"] = True
+        operands = make_operands("nmp.scatter", attrs, base=self.get(root), ptrs=self.get(ptr), value=self.get(value),
+                                 mask=self.get(mask) if mask is not None else None)
         self.emit("nmp.scatter", operands, [], attrs)
 
     def _lower_region_into(self, region: Region, block: Block) -> None:
@@ -364,7 +373,7 @@ class Lowering(LanguageLowering):
             b = Block()
             self._lower_region_into(region, b)
             if not b.ops or b.ops[-1].name != "scf.yield":
-                b.ops.append(Op("scf.yield", [], [], {}, [], self.loc))
+                Builder(b, self.loc).op("scf.yield")
             regions.append(Region([b]))
         new = self.emit("scf.if", [cond], [r.type for r in op.results], {}, regions,
                         names=[r.name for r in op.results])

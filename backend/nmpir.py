@@ -14,15 +14,7 @@ from __future__ import annotations
 from triton_nmp.errors import NMPCompilationError
 
 from .ir import Block, Func, Module, Op, Value
-
-# Ops with effects beyond their results: never removed by DCE.
-SIDE_EFFECT_OPS = {
-    "nmp.dma_store", "nmp.scatter", "nmp.return", "scf.yield", "scf.condition", "nmp.yield",
-    "nmp.assert", "nmp.print", "nmp.atomic", "nmp.assume",
-}
-
-# Ops whose results are views of their operand's buffer.
-VIEW_OPS = {"nmp.view"}
+from .ops import FUSABLE_MEMORY_OPS, FUSABLE_OPS, SIDE_EFFECT_OPS, TERMINATORS, Operands, op_def
 
 
 def tile_type_str(v: Value) -> str:
@@ -118,19 +110,14 @@ def _verify_block(block: Block, visible: set[int], f: Func, stage: str) -> None:
         for o in op.operands:
             if id(o) not in scope:
                 _fail(op, f, stage, f"operand %{o.name} is not defined before its use")
+        _verify_operands(op, f, stage)
         if op.name == "nmp.vec":
             shape = op.results[0].type.shape
             for o in op.operands:
                 if o.type.is_tensor and o.type.shape != shape:
                     _fail(op, f, stage, f"operand shape {o.type.shape} differs from result shape {shape}")
-        if op.name in ("nmp.dma_load", "nmp.dma_store"):
-            rank = op.attrs["rank"]
-            expect = 2 + 2 * rank + (1 if op.attrs.get("guarded") else 0)
-            expect += 1 if op.name == "nmp.dma_store" or op.attrs.get("has_other") else 0
-            if len(op.operands) != expect:
-                _fail(op, f, stage, f"expected {expect} operands for rank {rank}, found {len(op.operands)}")
-            if not op.operands[0].type.is_ptr:
-                _fail(op, f, stage, "the DMA base must be a pointer argument")
+        if op.name in ("nmp.dma_load", "nmp.dma_store") and not Operands(op).base.type.is_ptr:
+            _fail(op, f, stage, "the DMA base must be a pointer argument")
         for region in op.regions:
             for b in region.blocks:
                 _verify_block(b, scope, f, stage)
@@ -138,13 +125,29 @@ def _verify_block(block: Block, visible: set[int], f: Func, stage: str) -> None:
             scope.add(id(r))
 
 
+def _verify_operands(op: Op, f: Func, stage: str) -> None:
+    """The op is in the op table and has the operands its layout asks for."""
+    d = op_def(op.name)
+    if d is None:
+        _fail(op, f, stage, "not an nmpir op (see backend/ops.py)")
+    for slot in d.slots:
+        if slot.count and not isinstance(op.attrs.get(slot.count), int):
+            _fail(op, f, stage, f"attribute '{slot.count}' (number of {slot.name} operands) is missing")
+    _at, expect, at_least = d.positions(op)
+    n = len(op.operands)
+    if n < expect or (n > expect and not at_least):
+        what = f"{'at least ' if at_least else ''}{expect} operands ({d.layout})"
+        if "rank" in op.attrs:
+            what += f" for rank {op.attrs['rank']}"
+        _fail(op, f, stage, f"expected {what}, found {n}")
+
+
 # -- dead code elimination ---------------------------------------------------------------------------
 
 def _has_effects(op: Op) -> bool:
     if op.name in SIDE_EFFECT_OPS:
         return True
-    structural = {"scf.yield", "scf.condition", "nmp.yield"}
-    return any(inner.name in SIDE_EFFECT_OPS and inner.name not in structural
+    return any(inner.name in SIDE_EFFECT_OPS and inner.name not in TERMINATORS
                for inner in op.walk() if inner is not op)
 
 
@@ -226,7 +229,7 @@ def _sink_into(block: Block, mem: Op, uses: dict[int, int]) -> None:
         picked[id(op)] = op
         return True
 
-    for o in mem.operands[1:]:
+    for o in Operands(mem).after("base"):
         sub: dict[int, Op] = {}
         ext: dict[int, Value] = {}
         if not movable(o, sub, ext):
@@ -244,7 +247,6 @@ def _sink_into(block: Block, mem: Op, uses: dict[int, int]) -> None:
 
 # -- elementwise fusion groups ---------------------------------------------------------------------------
 
-FUSABLE_OPS = ("nmp.vec", "nmp.splat", "nmp.const")
 # Elementwise functions lowered to scalar libm calls: a loop containing one is not vectorised, so they
 # are kept out of fused runs and the ops around them stay vectorisable (fp32 exp/exp2 are inline:
 # see fastmath).
@@ -279,15 +281,12 @@ def fused_run_length(ops: list[Op], start: int) -> int:
     return max(n, 1)
 
 
-# Gathers, scatters and atomics touch memory one element at a time, so one may end a fused run whose
-# ops compute its addresses: the pointer tile then lives in registers, not in the scratchpad.
-FUSABLE_MEMORY_OPS = ("nmp.gather", "nmp.scatter", "nmp.atomic")
-
-
 def _ends_run(op: Op, run: list[Op], shape: tuple[int, ...]) -> bool:
-    if op.name not in FUSABLE_MEMORY_OPS or len(op.operands) < 2:
+    """Whether the gather/scatter/atomic `op` can end `run`: its addresses are the run's, of its shape."""
+    if op.name not in FUSABLE_MEMORY_OPS:
         return False
-    ptrs = op.operands[1]
+    mem = Operands(op)
+    ptrs = mem.ptrs
     if not ptrs.type.is_tensor or ptrs.type.shape != shape or not any(ptrs is r.results[0] for r in run):
         return False
-    return all(o.type.shape == shape for o in op.operands[1:] if o.type.is_tensor)
+    return all(o.type.shape == shape for o in mem.after("base") if o.type.is_tensor)

@@ -10,7 +10,7 @@ offsets are affine). Only scalar conditions are rewritten; a per-element choice 
 
 from __future__ import annotations
 
-from .ir import Block, Func, Op, Region, Value
+from .ir import Block, Builder, Func, Op, Region, Value
 
 # ops a pointer passes through on its way from an argument to an access
 _ADDRESS_OPS = {"tt.splat", "tt.broadcast", "tt.expand_dims", "tt.reshape", "tt.trans", "tt.addptr",
@@ -49,8 +49,8 @@ def _select_in(v: Value, args: list[Value]) -> Op | None:
     return None
 
 
-def _clone(v: Value, sel: Op, pick: Value, out: list[Op], memo: dict[int, Value]) -> Value:
-    """`v` recomputed with `sel`'s result replaced by `pick` (new ops appended to `out`)."""
+def _clone(v: Value, sel: Op, pick: Value, out: Builder, memo: dict[int, Value]) -> Value:
+    """`v` recomputed with `sel`'s result replaced by `pick` (new ops appended by `out`)."""
     if v is sel.results[0]:
         return pick
     if id(v) in memo:
@@ -61,21 +61,19 @@ def _clone(v: Value, sel: Op, pick: Value, out: list[Op], memo: dict[int, Value]
     operands = [_clone(o, sel, pick, out, memo) for o in op.operands]
     if all(a is b for a, b in zip(operands, op.operands)):
         return v
-    new = Op(op.name, operands, [], dict(op.attrs), [], op.loc)
-    new.results = [Value(r.name + "_sel", r.type, new) for r in op.results]
-    out.append(new)
+    new = out.op(op.name, operands, [r.type for r in op.results], op.attrs, names=[r.name + "_sel" for r in op.results],
+                 loc=op.loc)
     memo[id(v)] = new.results[op.results.index(v)]
     return memo[id(v)]
 
 
 def _branch(access: Op, sel: Op, pick: Value) -> Region:
-    ops: list[Op] = []
-    ptr = _clone(access.operands[0], sel, pick, ops, {})
-    new = Op(access.name, [ptr, *access.operands[1:]], [], dict(access.attrs), [], access.loc)
-    new.results = [Value(r.name + "_br", r.type, new) for r in access.results]
-    ops.append(new)
-    ops.append(Op("scf.yield", list(new.results), [], {}, [], access.loc))
-    return Region([Block([], ops)])
+    b = Builder(Block(), access.loc)
+    ptr = _clone(access.operands[0], sel, pick, b, {})
+    new = b.op(access.name, [ptr, *access.operands[1:]], [r.type for r in access.results], access.attrs,
+               names=[r.name + "_br" for r in access.results])
+    b.op("scf.yield", new.results)
+    return Region([b.block])
 
 
 def _rewrite_block(block: Block, args: list[Value]) -> int:
@@ -90,8 +88,9 @@ def _rewrite_block(block: Block, args: list[Value]) -> int:
         if sel is None:
             continue
         cond, a, b = sel.operands
+        # not a new op from a Builder: the access's results keep their uses, the branch now defines them
         branch = Op("scf.if", [cond], list(op.results), {}, [_branch(op, sel, a), _branch(op, sel, b)], op.loc)
-        for r in op.results:  # the access's results keep their uses; the branch now defines them
+        for r in op.results:
             r.owner = branch
         block.ops[i] = branch
         n += 1

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from triton_nmp.errors import NMPScratchpadOverflowError
 
 from .ir import Block, Func, Loc, Op, Value
-from .nmpir import FUSABLE_MEMORY_OPS, fused_run_length
+from .nmpir import fused_run_length
+from .ops import FUSABLE_MEMORY_OPS, Operands, op_def
 
 DEFAULT_ALIGN = 64
 
@@ -147,8 +148,8 @@ class _Liveness:
                 self._aliases(op)
             for r in op.results:
                 self._define(r, t, loops, op.loc)
-            if op.name == "nmp.view":
-                self.alias[id(op.result)] = op.operands[0]
+            if op_def(op.name).view:
+                self.alias[id(op.result)] = Operands(op).source
             if op.name == "nmp.vec":
                 self.vec_ops.append((op, t))
             if op.name == "nmp.matmul":
@@ -179,11 +180,11 @@ class _Liveness:
                     self.alias[id(y)] = a
         elif op.name == "scf.while":
             before, after = op.regions[0].block, op.regions[1].block
-            cond = before.ops[-1]
-            for a, fwd in zip(after.args, cond.operands[1:]):
+            forwarded = Operands(before.ops[-1]).values  # what scf.condition passes on
+            for a, fwd in zip(after.args, forwarded):
                 if a.type.is_tensor:
                     self.alias[id(a)] = fwd
-            for r, fwd in zip(op.results, cond.operands[1:]):
+            for r, fwd in zip(op.results, forwarded):
                 if r.type.is_tensor:
                     self.alias[id(r)] = fwd
 
@@ -258,7 +259,7 @@ def _loop_init_in_place(lv: _Liveness) -> None:
     """A loop-carried tile starts in its initial value's buffer when the loop is that value's last use."""
     ends = _root_ends(lv)
     for op, t in lv.for_ops:
-        for init, barg in zip(op.operands[3:], op.regions[0].block.args[1:]):
+        for init, barg in zip(Operands(op).inits, op.regions[0].block.args[1:]):
             if not barg.type.is_tensor or id(barg) in lv.alias or init.type.nbytes != barg.type.nbytes:
                 continue
             ri = _dies_here(lv, ends, init, t)
@@ -389,7 +390,7 @@ def mark_multibuffered_loads(func: Func, num_stages: int) -> int:
             if inner.name != "nmp.dma_load" or not inner.results[0].type.is_tensor:
                 continue
             inner.attrs.pop("stages", None)
-            if num_stages < 2 or any(_depends_on_loaded_data(o, body_ops) for o in inner.operands[1:]):
+            if num_stages < 2 or any(_depends_on_loaded_data(o, body_ops) for o in Operands(inner).after("base")):
                 continue
             inner.attrs["stages"] = num_stages
             marked += 1

@@ -15,7 +15,10 @@ no matmul, no shape changes, no control flow, and no tile that depends on a redu
 
 from __future__ import annotations
 
-from .ir import Block, Func, Op, Region, Ty, Value
+import itertools
+
+from .ir import Block, Builder, Func, Op, Region, Ty, Value
+from .ops import Operands
 
 _ELEMENTWISE_TILE_OPS = {"nmp.dma_load", "nmp.dma_store", "nmp.gather", "nmp.scatter", "nmp.vec", "nmp.splat",
                          "nmp.const", "nmp.iota"}
@@ -73,26 +76,7 @@ def _partition(func: Func) -> tuple[int, list[Op], list[Op], list[Op], list[Op]]
     return n, before, tiles, after, tail
 
 
-class _Emitter:
-    def __init__(self, loc) -> None:
-        self.ops: list[Op] = []
-        self.loc = loc
-        self.count = 0
-
-    def op(self, name: str, operands: list[Value], result_types: list[Ty], attrs: dict,
-           regions: list[Region] | None = None) -> Op:
-        op = Op(name, operands, [], attrs, list(regions or []), self.loc)
-        for t in result_types:
-            self.count += 1
-            op.results.append(Value(f"s{self.count}", t, op))
-        self.ops.append(op)
-        return op
-
-    def const(self, value, ty: Ty = I64) -> Value:
-        return self.op("arith.constant", [], [ty], {"value": value}).result
-
-
-def _emit_chunk(em: _Emitter, tiles: list[Op], base: Value, chunk: int, remap: dict[int, Value]) -> None:
+def _emit_chunk(em: Builder, tiles: list[Op], base: Value, chunk: int, remap: dict[int, Value]) -> None:
     """Clone the tile ops for the chunk starting at element `base` (i64)."""
     for op in tiles:
         operands = [remap.get(id(o), o) for o in op.operands]
@@ -104,10 +88,11 @@ def _emit_chunk(em: _Emitter, tiles: list[Op], base: Value, chunk: int, remap: d
             sp = em.op("nmp.splat", [start], [rt], {})
             new = em.op("nmp.vec", [idx.result, sp.result], [rt], {"fn": "arith.addi"})
         elif op.name in ("nmp.dma_load", "nmp.dma_store"):
-            stride, bound = operands[2], operands[3]
-            off = em.op("arith.addi", [operands[1], em.op("arith.muli", [base, stride], [I64], {}).result], [I64], {})
+            dma = Operands(op, operands)
+            (stride,), (bound,) = dma.strides, dma.bounds
+            off = em.op("arith.addi", [dma.offset, em.op("arith.muli", [base, stride], [I64], {}).result], [I64], {})
             left = em.op("arith.subi", [bound, base], [I64], {})
-            new = em.op(op.name, [operands[0], off.result, stride, left.result] + operands[4:],
+            new = em.op(op.name, dma.replaced(offset=off.result, bounds=[left.result]),
                         [r.type.with_shape((chunk,)) for r in op.results], attrs)
         elif op.name == "nmp.reduce":
             new = em.op("nmp.reduce", operands, [r.type for r in op.results], attrs, op.regions)
@@ -119,7 +104,7 @@ def _emit_chunk(em: _Emitter, tiles: list[Op], base: Value, chunk: int, remap: d
             remap[id(r)] = nr
 
 
-def _combine(em: _Emitter, reduce_op: Op, accs: list[Value], vals: list[Value]) -> list[Value]:
+def _combine(em: Builder, reduce_op: Op, accs: list[Value], vals: list[Value]) -> list[Value]:
     """Inline the reduction's combine region on (partial, chunk result) scalars."""
     block = reduce_op.regions[0].block
     local = {id(a): v for a, v in zip(block.args, accs + vals)}
@@ -146,8 +131,8 @@ def strip_mine(func: Func, chunk: int) -> bool:
         return False
     reduces = [op for op in tiles if op.name == "nmp.reduce"]
     loc = tiles[0].loc
-    em = _Emitter(loc)
-    em.ops.extend(before)
+    em = Builder(Block(), loc, "s", itertools.count(1))
+    em.block.ops.extend(before)
     # chunk 0, peeled: its reductions initialise the partial results
     first: dict[int, Value] = {}
     _emit_chunk(em, tiles, em.const(0), chunk, first)
@@ -156,8 +141,7 @@ def strip_mine(func: Func, chunk: int) -> bool:
     body = Block()
     k = body.add_arg("chunk", I64)
     carried = [body.add_arg(f"partial{i}", v.type) for i, v in enumerate(inits)]
-    inner = _Emitter(loc)
-    inner.count = em.count
+    inner = Builder(body, loc, "s", em.counter)
     base = inner.op("arith.muli", [k, inner.const(chunk)], [I64], {}).result
     remap: dict[int, Value] = {}
     _emit_chunk(inner, tiles, base, chunk, remap)
@@ -169,8 +153,6 @@ def strip_mine(func: Func, chunk: int) -> bool:
         yields += _combine(inner, op, accs, [remap[id(r)] for r in op.results])
         pos += m
     inner.op("scf.yield", yields, [], {})
-    body.ops = inner.ops
-    em.count = inner.count
     loop = em.op("scf.for", [lb, ub, step, *inits], [v.type for v in inits], {"strip_mined": chunk}, [Region([body])])
     final: dict[int, Value] = {}
     pos = 0
@@ -180,7 +162,7 @@ def strip_mine(func: Func, chunk: int) -> bool:
             pos += 1
     for op in after:
         op.operands = [final.get(id(o), o) for o in op.operands]
-        em.ops.append(op)
-    em.ops.extend(tail)
-    func.body.ops = em.ops
+        em.block.ops.append(op)
+    em.block.ops.extend(tail)
+    func.body.ops = em.block.ops
     return True

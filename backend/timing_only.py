@@ -9,6 +9,7 @@ tile compute and data movement produces it many times faster. This module decide
 from __future__ import annotations
 
 from .ir import Func, Op
+from .ops import Operands, dma_address_operands
 
 # Ops whose results carry data read from memory or computed from tiles.
 _DATA_SOURCES = {"nmp.dma_load", "nmp.gather", "nmp.reduce", "nmp.scan", "nmp.atomic"}
@@ -33,7 +34,7 @@ def timing_only_eligible(func: Func) -> tuple[bool, str]:
                 tainted.update(id(r) for r in op.results)
             if op.name == "scf.for":
                 body = op.regions[0].block
-                for i, (a, init) in enumerate(zip(body.args[1:], op.operands[3:])):
+                for i, (a, init) in enumerate(zip(body.args[1:], Operands(op).inits)):
                     y = body.ops[-1].operands[i]
                     if id(init) in tainted or id(y) in tainted or a.type.is_tensor:
                         tainted.update((id(a), id(op.results[i])))
@@ -48,15 +49,18 @@ def timing_only_eligible(func: Func) -> tuple[bool, str]:
 
 
 def _control_use(op: Op, is_tainted) -> str:
-    if op.name == "scf.for" and any(is_tainted(o) for o in op.operands[:3]):
+    if op.name == "scf.for" and any(is_tainted(o) for o in _bounds(op)):
         return f"loop bounds at {op.loc} depend on loaded data"
-    if op.name == "scf.if" and is_tainted(op.operands[0]):
+    if op.name == "scf.if" and is_tainted(Operands(op).cond):
         return f"a branch at {op.loc} depends on loaded data"
     if op.name == "scf.while":
         return "while loops may depend on loaded data"
     if op.name in ("nmp.dma_load", "nmp.dma_store"):
-        rank = op.attrs["rank"]
-        n = 2 + 2 * rank + (1 if op.attrs.get("guarded") else 0)
-        if any(is_tainted(o) for o in op.operands[1:n]):
+        if any(is_tainted(o) for o in dma_address_operands(op)):
             return f"the address or mask of an access at {op.loc} depends on loaded data"
     return ""
+
+
+def _bounds(loop: Op) -> tuple:
+    at = Operands(loop)
+    return at.lb, at.ub, at.step

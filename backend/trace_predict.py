@@ -31,6 +31,7 @@ from triton_nmp.opclass import classify, region_class
 
 from .ir import Func, Op, Value
 from .loop_cost import use_counts, vec_accesses
+from .ops import Operands, dma_tile_type
 
 _MAX_ITERATIONS = 1 << 16
 
@@ -222,11 +223,10 @@ class _Predictor:
             self.dma(op, mask)
             return mask
         if n in ("nmp.gather", "nmp.scatter"):
-            root = op.operands[0]
-            numel = (op.result.type if n == "nmp.gather" else op.operands[2].type).numel
-            t = op.result.type if n == "nmp.gather" else op.operands[2].type
+            mem = Operands(op)
+            t = op.result.type if n == "nmp.gather" else mem.value.type
             self.emit(mask, KIND_GATHER if n == "nmp.gather" else KIND_SCATTER,
-                      [self.arg_index[id(root)], 0, numel, t.elem_bytes, self.spans.get(root.name, 0)])
+                      [self.arg_index[id(mem.base)], 0, t.numel, t.elem_bytes, self.spans.get(mem.base.name, 0)])
             for r in op.results:
                 self.unknown.add(id(r))
             return mask
@@ -243,7 +243,7 @@ class _Predictor:
                 self.unknown.add(id(r))
             return mask
         if n == "nmp.matmul":
-            a, b = op.operands[0], op.operands[1]
+            a, b = Operands(op).a, Operands(op).b
             m, k = a.type.shape[-2:]
             self.emit(mask, KIND_MATMUL, [m, b.type.shape[-1], k, dtype_code(a.type.elem)])
             return mask
@@ -269,16 +269,16 @@ class _Predictor:
         return mask
 
     def dma(self, op: Op, mask: np.ndarray) -> None:
-        rank = op.attrs["rank"]
-        ops = op.operands
-        root = ops[0]
-        offset = np.asarray(self.val(ops[1]), dtype=np.int64)
-        strides = [np.asarray(self.val(x), dtype=np.int64) for x in ops[2:2 + rank]]
-        bounds = [np.asarray(self.val(x), dtype=np.int64) for x in ops[2 + rank:2 + 2 * rank]]
+        d = Operands(op)
+        root = d.base
+        offset = np.asarray(self.val(d.offset), dtype=np.int64)
+        strides = [np.asarray(self.val(x), dtype=np.int64) for x in d.strides]
+        bounds = [np.asarray(self.val(x), dtype=np.int64) for x in d.bounds]
+        rank = len(strides)
         ok = mask.copy()
-        if op.attrs.get("guarded"):
-            ok &= np.asarray(self.val(ops[2 + 2 * rank])) != 0
-        t = op.result.type if op.name == "nmp.dma_load" else ops[-1].type
+        if d.guard is not None:
+            ok &= np.asarray(self.val(d.guard)) != 0
+        t = dma_tile_type(op)
         shape = t.shape
         esize = t.elem_bytes
         valid = [np.clip(bd, 0, n) for bd, n in zip(bounds, shape)]
@@ -306,11 +306,12 @@ class _Predictor:
                              np.broadcast_to(flags, (n,))])
 
     def for_loop(self, op: Op, mask: np.ndarray) -> np.ndarray:
+        loop = Operands(op)
         lb, ub, step = (np.broadcast_to(np.asarray(self.val(o), dtype=np.int64), mask.shape)
-                        for o in op.operands[:3])
+                        for o in (loop.lb, loop.ub, loop.step))
         body = op.regions[0].block
         iv, bargs = body.args[0], body.args[1:]
-        for a, init in zip(bargs, op.operands[3:]):
+        for a, init in zip(bargs, loop.inits):
             if a.type.is_tensor:
                 continue
             if id(init) in self.unknown:
@@ -351,7 +352,7 @@ class _Predictor:
         return running
 
     def if_op(self, op: Op, mask: np.ndarray) -> np.ndarray:
-        cond = np.broadcast_to(np.asarray(self.val(op.operands[0])) != 0, mask.shape)
+        cond = np.broadcast_to(np.asarray(self.val(Operands(op).cond)) != 0, mask.shape)
         out = np.zeros_like(mask)
         results = {}
         for region, sel in zip(op.regions, (cond, ~cond)):

@@ -121,11 +121,13 @@ def _grid_of(grid: Any, meta: dict) -> tuple[int, int, int]:
 
 def _fallback_seconds(func, scalars: dict, spec: TargetSpec, n_programs: int) -> float:
     """Rough per-program estimate from op counts (loops run their statically known trip count, else once)."""
+    from triton_nmp.backend.ops import Operands
+
     def ops_cost(ops, mult: float) -> float:
         cyc = 0.0
         for op in ops:
             if op.name in ("nmp.dma_load", "nmp.dma_store", "nmp.gather", "nmp.scatter"):
-                t = op.results[0].type if op.results else op.operands[-1].type
+                t = op.results[0].type if op.results else Operands(op).value.type
                 nbytes = t.nbytes
                 per = spec.dma_setup_cycles + nbytes / spec.bank_bytes_per_cycle
                 if op.name in ("nmp.gather", "nmp.scatter"):
@@ -135,7 +137,7 @@ def _fallback_seconds(func, scalars: dict, spec: TargetSpec, n_programs: int) ->
             elif op.name in ("nmp.vec", "nmp.reduce"):
                 cyc += mult * op.operands[0].type.numel / spec.vector_fp32_lanes
             elif op.name == "nmp.matmul":
-                a, b = op.operands[0].type, op.operands[1].type
+                a, b = Operands(op).a.type, Operands(op).b.type
                 dtype = {"f16": "fp16", "bf16": "bf16", "i8": "int8"}.get(a.elem, "fp32")
                 cyc += mult * a.shape[-2] * a.shape[-1] * b.shape[-1] / spec.peak_macs_per_cycle(dtype)
             for r in op.regions:

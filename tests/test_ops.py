@@ -1,0 +1,83 @@
+"""The nmpir op table: named operands, and a verifier that knows every op."""
+
+import pytest
+
+from triton_nmp.backend.ir import Block, Builder, Func, Module, Ty, Value
+from triton_nmp.backend.nmpir import verify
+from triton_nmp.backend.ops import OPS, Operands, make_operands, op_def
+from triton_nmp.errors import NMPCompilationError
+
+I64 = Ty("i64")
+
+
+def _kernel_with(build) -> Module:
+    body = Block()
+    x = body.add_arg("x_ptr", Ty("ptr", (), "f32"))
+    build(Builder(body), x)
+    return Module([Func("k", body.args, [], body)])
+
+
+def _dma_load(b: Builder, x: Value, guarded: bool = False):
+    attrs = {"rank": 2, "arg": "x_ptr"}
+    if guarded:
+        attrs["guarded"] = True
+    c = [b.const(i) for i in range(5)]
+    guard = b.const(True, Ty("i1")) if guarded else None
+    ops = make_operands("nmp.dma_load", attrs, base=x, offset=c[0], strides=c[1:3], bounds=c[3:5], guard=guard)
+    return b.op("nmp.dma_load", ops, [Ty("f32", (4, 8))], attrs), c, guard
+
+
+def test_dma_operands_by_name():
+    seen = {}
+
+    def build(b, x):
+        seen["op"], seen["c"], seen["guard"] = _dma_load(b, x, guarded=True)
+
+    verify(_kernel_with(build), "test")
+    d, c = Operands(seen["op"]), seen["c"]
+    assert d.base.name == "x_ptr" and d.offset is c[0]
+    assert d.strides == c[1:3] and d.bounds == c[3:5] and d.guard is seen["guard"] and d.other is None
+    assert Operands(seen["op"]).replaced(bounds=[c[4], c[3]])[4:6] == [c[4], c[3]]
+
+
+def test_verifier_rejects_an_unknown_op():
+    with pytest.raises(NMPCompilationError, match=r"nmpir verifier after test: nmp.frobnicate: not an nmpir op"):
+        verify(_kernel_with(lambda b, x: b.op("nmp.frobnicate", [x])), "test")
+
+
+def test_verifier_rejects_a_dma_with_operands_missing():
+    def build(b, x):
+        op, _, _ = _dma_load(b, x)
+        op.operands.pop()
+
+    layout = r"\(base offset strides\[rank\] bounds\[rank\] guard\?guarded other\?has_other\)"
+    with pytest.raises(NMPCompilationError, match=rf"nmp.dma_load: expected 6 operands {layout} for rank 2, found 5"):
+        verify(_kernel_with(build), "test")
+
+
+def test_verifier_rejects_a_dma_without_rank():
+    def build(b, x):
+        op, _, _ = _dma_load(b, x)
+        del op.attrs["rank"]
+
+    with pytest.raises(NMPCompilationError, match="attribute 'rank' .* is missing"):
+        verify(_kernel_with(build), "test")
+
+
+def test_scalar_ops_keep_their_ttir_names_and_tt_addptr_is_nmp_addptr():
+    assert op_def("arith.addi").layout == "args*" and op_def("math.exp") is not None
+    assert op_def("tt.addptr") is None and op_def("nmp.addptr") is OPS["nmp.addptr"]
+
+
+def test_atomic_compare_and_swap_has_a_compare_operand():
+    def build(b, x):
+        p = b.op("nmp.splat", [x], [Ty("ptr", (4,), "f32")]).result
+        v = b.op("nmp.const", [], [Ty("f32", (4,))], {"value": 1.0}).result
+        b.op("nmp.atomic", [x, p, v, v], [Ty("f32", (4,))], {"kind": "cas", "arg": "x_ptr"})
+        b.op("nmp.atomic", [x, p, v], [Ty("f32", (4,))], {"kind": "add", "arg": "x_ptr"})
+
+    mod = _kernel_with(build)
+    verify(mod, "test")
+    cas, add = mod.kernel.body.ops[-2:]
+    assert Operands(cas).cmp is cas.operands[2] and Operands(cas).value is cas.operands[3]
+    assert Operands(add).cmp is None and Operands(add).value is add.operands[2] and Operands(add).mask is None
