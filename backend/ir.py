@@ -189,6 +189,28 @@ class Module:
         return self.funcs[-1]
 
 
+def clone_region(region: Region) -> Region:
+    """A copy of `region` with new ops and values (the same names), for an op that needs a region like
+    another op's: one Region object in two ops would define its values twice. Values defined outside
+    the region are used as they are."""
+    vmap: dict[int, Value] = {}
+
+    def block(b: Block) -> Block:
+        nb = Block()
+        for a in b.args:
+            vmap[id(a)] = nb.add_arg(a.name, a.type)
+        for op in b.ops:
+            new = Op(op.name, [vmap.get(id(o), o) for o in op.operands], [], dict(op.attrs),
+                     [Region([block(x) for x in r.blocks]) for r in op.regions], op.loc)
+            for r in op.results:
+                vmap[id(r)] = Value(r.name, r.type, new)
+                new.results.append(vmap[id(r)])
+            nb.ops.append(new)
+        return nb
+
+    return Region([block(b) for b in region.blocks])
+
+
 class Builder:
     """Appends new ops to `block` at source location `loc`; the one way passes create IR.
 

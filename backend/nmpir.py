@@ -94,19 +94,24 @@ def print_module(mod: Module) -> str:
 # -- verifier --------------------------------------------------------------------------------------
 
 def verify(mod: Module, stage: str) -> None:
-    """Structural checks between passes: every use dominated by its definition, operand shapes and
-    operand counts of tile ops. A failure is a compiler bug, reported with the op and its location."""
+    """Structural checks between passes: every value defined once and every use dominated by its
+    definition, operand shapes and operand counts of tile ops. A failure is a compiler bug, reported
+    with the op and its location."""
     for f in mod.funcs:
-        _verify_block(f.body, set(id(a) for a in f.args), f, stage)
+        _verify_block(f.body, set(id(a) for a in f.args), f, stage, set())
 
 
 def _fail(op: Op, f: Func, stage: str, msg: str) -> None:
     raise NMPCompilationError(f"nmpir verifier after {stage}: {op.name}: {msg}", kernel=f.name, loc=str(op.loc))
 
 
-def _verify_block(block: Block, visible: set[int], f: Func, stage: str) -> None:
+def _verify_block(block: Block, visible: set[int], f: Func, stage: str, defined: set[int]) -> None:
     scope = set(visible) | {id(a) for a in block.args}
     for op in block.ops:
+        for v in [a for r in op.regions for b in r.blocks for a in b.args] + op.results:
+            if id(v) in defined:  # e.g. one Region object in two ops
+                _fail(op, f, stage, f"%{v.name} is defined twice")
+            defined.add(id(v))
         for o in op.operands:
             if id(o) not in scope:
                 _fail(op, f, stage, f"operand %{o.name} is not defined before its use")
@@ -120,7 +125,7 @@ def _verify_block(block: Block, visible: set[int], f: Func, stage: str) -> None:
             _fail(op, f, stage, "the DMA base must be a pointer argument")
         for region in op.regions:
             for b in region.blocks:
-                _verify_block(b, scope, f, stage)
+                _verify_block(b, scope, f, stage, defined)
         for r in op.results:
             scope.add(id(r))
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 
-from .ir import Block, Builder, Func, Op, Region, Ty, Value
+from .ir import Block, Builder, Func, Op, Region, Ty, Value, clone_region
 from .ops import Operands
 
 _ELEMENTWISE_TILE_OPS = {"nmp.dma_load", "nmp.dma_store", "nmp.gather", "nmp.scatter", "nmp.vec", "nmp.splat",
@@ -95,7 +95,8 @@ def _emit_chunk(em: Builder, tiles: list[Op], base: Value, chunk: int, remap: di
             new = em.op(op.name, dma.replaced(offset=off.result, bounds=[left.result]),
                         [r.type.with_shape((chunk,)) for r in op.results], attrs)
         elif op.name == "nmp.reduce":
-            new = em.op("nmp.reduce", operands, [r.type for r in op.results], attrs, op.regions)
+            regions = [clone_region(r) for r in op.regions]  # the peeled chunk's and the loop's reduce
+            new = em.op("nmp.reduce", operands, [r.type for r in op.results], attrs, regions)
         else:
             new = em.op(op.name, operands, [r.type.with_shape((chunk,)) if r.type.is_tensor else r.type
                                             for r in op.results], attrs)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from triton_nmp.backend.ir import Block, Builder, Func, Module, Ty, Value
+from triton_nmp.backend.ir import Block, Builder, Func, Module, Region, Ty, Value, clone_region
 from triton_nmp.backend.nmpir import verify
 from triton_nmp.backend.ops import OPS, Operands, make_operands, op_def
 from triton_nmp.errors import NMPCompilationError
@@ -81,3 +81,24 @@ def test_atomic_compare_and_swap_has_a_compare_operand():
     cas, add = mod.kernel.body.ops[-2:]
     assert Operands(cas).cmp is cas.operands[2] and Operands(cas).value is cas.operands[3]
     assert Operands(add).cmp is None and Operands(add).value is add.operands[2] and Operands(add).mask is None
+
+
+def test_verifier_rejects_a_region_shared_by_two_ops():
+    """One Region object in two ops defines its values twice (strip-mining did this with the combine
+    region of a reduction it cloned; the printed IR then named two values alike)."""
+    def build(b, x):
+        t = b.op("nmp.const", [], [Ty("f32", (4,))], {"value": 1.0}).result
+        combine = Block()
+        acc, v = combine.add_arg("a", Ty("f32")), combine.add_arg("b", Ty("f32"))
+        s = Builder(combine).op("arith.addf", [acc, v], [Ty("f32")]).result
+        Builder(combine).op("nmp.yield", [s])
+        region = Region([combine])
+        b.op("nmp.reduce", [t], [Ty("f32")], {"axis": 0}, [region])
+        b.op("nmp.reduce", [t], [Ty("f32")], {"axis": 0}, [region])
+
+    with pytest.raises(NMPCompilationError, match="nmp.reduce: %a is defined twice"):
+        verify(_kernel_with(build), "test")
+    mod = _kernel_with(build)
+    second = mod.kernel.body.ops[-1]
+    second.regions = [clone_region(r) for r in second.regions]
+    verify(mod, "test")
