@@ -1,4 +1,5 @@
-"""The near-memory tile dialect (`nmpir`): ops, textual form, verifier and dead-code elimination.
+"""The near-memory tile dialect (`nmpir`): textual form, verifier, dead-code elimination, address
+sinking and the fused elementwise runs the planner and the codegen share.
 
 `nmpir` is what the machine does, spelled out: DMA descriptors between a kernel argument's banks
 and the scratchpad (`nmp.dma_load`/`nmp.dma_store`, with byte offset, byte strides and a valid box),
@@ -6,10 +7,14 @@ the gather/scatter fallback for unstructured accesses, tile compute ops on scrat
 (`nmp.vec` elementwise on the vector unit, `nmp.matmul` on the matrix unit, `nmp.reduce`), scalar
 `arith`/`math` ops and `scf` control flow. Tiles are SSA values with static shapes; the codegen gives
 each a scratchpad buffer. Op counts and DMA descriptors are visible here, so a timing model and a
-buffer planner can work on this IR without re-deriving them.
+buffer planner can work on this IR without re-deriving them. The ops and their operands are listed
+in `ops`; `nmpir_parser` reads the text `print_module` writes back into a module.
 """
 
 from __future__ import annotations
+
+import json
+import re
 
 from triton_nmp.errors import NMPCompilationError
 
@@ -43,11 +48,17 @@ class Namer:
         return "%" + self.names[key]
 
 
+# A string attribute prints bare when it reads back as that string (an identifier such as `arith.addi`
+# or `x_ptr`), else quoted (JSON escapes), so `nmpir_parser` reads every attribute back exactly.
+BARE_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_.$]*")
+NOT_BARE = frozenset({"True", "False", "None", "inf", "nan", "loc"})
+
+
 def _fmt_attr(v) -> str:
     if isinstance(v, tuple):
-        return "[" + ", ".join(map(str, v)) + "]"
+        return "[" + ", ".join(map(_fmt_attr, v)) + "]"
     if isinstance(v, str):
-        return v
+        return v if BARE_WORD.fullmatch(v) and v not in NOT_BARE else json.dumps(v)
     return repr(v)
 
 

@@ -45,13 +45,13 @@ class Tok:
     eol: bool = False  # last token on its line (distinguishes a region `{` from an attribute dict)
 
 
-def tokenize(text: str) -> list[Tok]:
+def tokenize(text: str, what: str = "TTIR") -> list[Tok]:
     toks: list[Tok] = []
     pos, line, n = 0, 1, len(text)
     while pos < n:
         m = _TOKEN_RE.match(text, pos)
         if m is None:
-            raise NMPCompilationError(f"cannot read TTIR text near line {line}: {text[pos:pos + 40]!r}")
+            raise NMPCompilationError(f"cannot read {what} text near line {line}: {text[pos:pos + 40]!r}")
         kind = m.lastgroup
         tok_text = m.group()
         pos = m.end()

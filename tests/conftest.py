@@ -1,11 +1,15 @@
-"""Fixtures shared by the tests that read the simulated clock (benchmarker, profiler)."""
+"""Fixtures shared by the tests: the simulated clock (benchmarker, profiler), and the nmpir round trip
+every kernel the test suite compiles goes through."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from triton_nmp.backend.compiler import NMPBackend
 from triton_nmp.driver.device import clock
+
+from .ir_harness import assert_round_trip
 
 N, BLOCK = 4096, 256
 
@@ -22,3 +26,19 @@ def fresh_clock_state():
     clock.clear_memo()
     yield
     clock.clear_memo()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def nmpir_round_trip():
+    """Every nmpir module compiled in this process prints, parses and prints back to the same text and
+    parses to the same IR (see tests/ir_harness.py); a kernel that does not fails the test compiling it."""
+    make_nmpir = NMPBackend.make_nmpir
+
+    def checked(src, metadata, options):
+        nmpir = make_nmpir(src, metadata, options)
+        assert_round_trip(nmpir.module)
+        return nmpir
+
+    NMPBackend.make_nmpir = staticmethod(checked)
+    yield
+    NMPBackend.make_nmpir = staticmethod(make_nmpir)
