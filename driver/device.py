@@ -541,6 +541,26 @@ class Stream:
         return event
 
 
+# A compatibility answer for code that sizes kernels by register count; nmp has no register file limit
+# that Triton could act on.
+MAX_NUM_REGS = 65536
+
+
+def device_properties(device: Any = None) -> dict[str, Any]:
+    """The properties Triton and torch ask a device for, from the active target (one device)."""
+    from triton_nmp.target import active_target
+
+    spec = active_target()
+    return {
+        "multiprocessor_count": spec.num_pus,
+        "max_shared_mem": spec.spm_bytes_per_program,
+        "max_num_regs": MAX_NUM_REGS,
+        "warpSize": 1,
+        "nmp_target": spec.name,
+        "nmp_target_hash": spec.hash(),
+    }
+
+
 class NMPDeviceInterface:
     """The subset of the torch.cuda module interface that Triton uses, for one synchronous device."""
 
@@ -588,9 +608,7 @@ class NMPDeviceInterface:
 
     @staticmethod
     def get_device_properties(device: Any = None) -> dict[str, Any]:
-        from .driver import NMPUtils
-
-        return NMPUtils().get_device_properties(device)
+        return device_properties(device)
 
     @staticmethod
     def get_device_name(device: Any = None) -> str:

@@ -20,14 +20,11 @@ from triton.backends.driver import DriverBase
 
 from triton_nmp.target import target_arch
 
-from .device import NMPDeviceInterface, clock, device_interface
+from .device import NMPDeviceInterface, clock, device_interface, device_properties
 from .launcher import NMPLauncher
 
 __all__ = ["NMPDriver", "NMPUtils", "target_arch"]
 
-# A compatibility answer for code that sizes kernels by register count; nmp has no register file limit
-# that Triton could act on.
-MAX_NUM_REGS = 65536
 MAX_THREADS = 1 << 20  # num_warps * warp_size never limits a launch on nmp
 # Registers per program that load_binary reports. Not 0: portable host code (Triton's softmax tutorial) sizes
 # persistent grids with max_num_regs // (n_regs * warpSize * num_warps), which would divide by zero. 1 makes
@@ -78,17 +75,7 @@ class NMPUtils:
             close()
 
     def get_device_properties(self, device: Any = None) -> dict[str, Any]:
-        from triton_nmp.target import active_target
-
-        spec = active_target()
-        return {
-            "multiprocessor_count": spec.num_pus,
-            "max_shared_mem": spec.spm_bytes_per_program,
-            "max_num_regs": MAX_NUM_REGS,
-            "warpSize": 1,
-            "nmp_target": spec.name,
-            "nmp_target_hash": spec.hash(),
-        }
+        return device_properties(device)
 
 
 _DEVICE_IDS: dict[str, int] = {}
