@@ -1,6 +1,7 @@
 """LLVM codegen for the nmpir ops of the wider Triton language (atomics, scans, asserts, ...).
 
-A mixin of `codegen.KernelCodegen`: each `op_nmp_<name>` method emits one nmpir op.
+A mixin of `codegen.KernelCodegen` (on `codegen_base.CodegenBase`): each `op_nmp_<name>` method emits
+one nmpir op.
 """
 
 from __future__ import annotations
@@ -20,24 +21,13 @@ from triton_nmp.abi import (
 )
 from triton_nmp.opclass import OP_ALU, region_class
 
+from .codegen_base import CodegenBase, _i64, _prod, _row_major, _zero
 from .codegen_scalar import I1, I32, I64, storage_type
 from .ir import Op, Value
 from .ops import Operands
 
 
-def _i64(x: int) -> ir.Constant:
-    return ir.Constant(I64, x)
-
-
-def _row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, acc = [], 1
-    for d in reversed(shape):
-        strides.append(acc)
-        acc *= d
-    return tuple(reversed(strides))
-
-
-class LanguageCodegen:
+class LanguageCodegen(CodegenBase):
     """Codegen rules for ops beyond the core set; methods are looked up by op name."""
 
     # -- helpers -------------------------------------------------------------------------------------
@@ -74,67 +64,6 @@ class LanguageCodegen:
         for r in op.results:
             if not r.type.is_tensor:
                 self.vals[id(r)] = _zero(r.type)
-
-    def _combine(self, region_block, accs: list[ir.Value], vals: list[ir.Value]) -> list[ir.Value]:
-        """Inline a reduce/scan combine region on scalars; returns the yielded values."""
-        for arg, v in zip(region_block.args, list(accs) + list(vals)):
-            self.vals[id(arg)] = v
-        out = None
-        for inner in region_block.ops:
-            if inner.name == "nmp.yield":
-                out = [self.scalar(o) for o in inner.operands]
-            else:
-                self.emit_block([inner])
-        return out
-
-    def _combiner(self, region_block, elems: list[str]):
-        """The combine function of a reduce/scan as `(accs, vals) -> results` on compute values.
-
-        A sum or product of fp16/bf16 (`tl.sum`, `tl.cumsum`, `tl.cumprod`, or a user `a + b` / `a * b`)
-        accumulates in fp32, its compute representation, and is rounded to the narrow type once per
-        result, when the result is stored: torch does the same, and so does the interpreter's numpy
-        sum along a row. Rounding every partial sum (the region as written) loses ~log2(n) bits on long
-        rows. Any other region runs as written, rounding after each op."""
-        ops = region_block.ops
-        if len(elems) == 1 and elems[0] in ("f16", "bf16") and len(ops) == 2 and ops[1].name == "nmp.yield":
-            op, ret = ops
-            args = {id(a) for a in region_block.args}
-            if (op.name in ("arith.addf", "arith.mulf") and ret.operands[0] is op.results[0]
-                    and len(op.operands) == 2 and {id(x) for x in op.operands} == args):
-                wide = self.b.fadd if op.name == "arith.addf" else self.b.fmul
-                return lambda accs, vals: [wide(accs[0], vals[0])]
-        return lambda accs, vals: self._combine(region_block, accs, vals)
-
-    def _carried_loop(self, name: str, lo: int, hi: ir.Value | int, init: list[ir.Value], body) -> list[ir.Value]:
-        """`for k in range(lo, hi): vals = body(k, vals)` as one LLVM loop whose values live in phis
-        (registers, not the scratchpad); returns the values after the loop."""
-        b = self.b
-        pre = b.block
-        hdr = self.fn.append_basic_block(name)
-        blk = self.fn.append_basic_block(name + "_body")
-        done = self.fn.append_basic_block(name + "_end")
-        b.branch(hdr)
-        b.position_at_end(hdr)
-        k = b.phi(I64)
-        k.add_incoming(_i64(lo), pre)
-        phis = []
-        for v in init:
-            p = b.phi(v.type)
-            p.add_incoming(v, pre)
-            phis.append(p)
-        b.cbranch(b.icmp_signed("<", k, hi if isinstance(hi, ir.Value) else _i64(hi)), blk, done)
-        b.position_at_end(blk)
-        new = body(k, phis)
-        k.add_incoming(b.add(k, _i64(1)), b.block)
-        for p, v in zip(phis, new):
-            p.add_incoming(v, b.block)
-        b.branch(hdr)
-        b.position_at_end(done)
-        return phis
-
-    def _elem(self, v: Value, i: ir.Value) -> ir.Value:
-        """Element i of a tile, or the scalar itself (compute representation)."""
-        return self.load_elem(v, i) if v.type.is_tensor else self.scalar(v)
 
     # -- shape ops -----------------------------------------------------------------------------------
     def op_nmp_join(self, op: Op) -> None:
@@ -530,18 +459,8 @@ class LanguageCodegen:
         self.loop(outer, lambda o: self.loop(inner, lambda i: position(o, i)))
 
 
-def _prod(xs) -> int:
-    p = 1
-    for x in xs:
-        p *= x
-    return p
 
 
-def _zero(t) -> ir.Constant:
-    from .codegen_scalar import compute_type
-
-    ct = compute_type(t)
-    return ir.Constant(ct, 0 if isinstance(ct, ir.IntType) else 0.0)
 
 
 __all__ = ["LanguageCodegen", "I1", "I32"]

@@ -1,0 +1,263 @@
+"""LLVM codegen of nmpir memory ops: structured DMA descriptors and the element gather/scatter fallback.
+
+A DMA clamps its valid box, checks its whole byte range against the argument's extent once (O(1) per
+transfer), moves the box between the argument's memory and the tile's scratchpad buffer (rows through the
+shared row copier of `codegen_runtime`), counts bytes and records one trace record. Gathers and scatters
+check every element; their per-element body is separate (`_gather_parts`) so a fused elementwise run
+that computes their addresses can end in them.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from triton_nmp.abi import KIND_DMA_LOAD, KIND_DMA_STORE, KIND_GATHER, KIND_SCATTER, STATUS_OUT_OF_BOUNDS
+
+from .codegen_base import CodegenBase, _const, _i64, _prod_values, _row_major
+from .codegen_scalar import I1, I8, I64, storage_type, to_storage
+from .ir import Op, Value
+from .ops import Operands
+
+
+class MemoryCodegen(CodegenBase):
+    """`nmp.dma_load`, `nmp.dma_store`, `nmp.gather`, `nmp.scatter` (see the module docstring)."""
+
+    def _dma_operands(self, op: Op):
+        """(base argument, offset, strides, bounds, guard) of a DMA, as LLVM values (guard None if none)."""
+        d = Operands(op)
+        guard = self.scalar(d.guard) if d.guard is not None else None
+        strides, bounds = [self.scalar(x) for x in d.strides], [self.scalar(x) for x in d.bounds]
+        return d.base, self.scalar(d.offset), strides, bounds, guard
+
+    def _valid_box(self, shape, bounds, guard):
+        """Clamp each dimension's bound to [0, size]; returns (valid counts, any-valid, full-tile)."""
+        b = self.b
+        valid = []
+        ok = ir.Constant(I1, 1) if guard is None else guard
+        full = ok
+        for n, hi in zip(shape, bounds):
+            c = b.select(b.icmp_signed("<", hi, _i64(0)), _i64(0), hi)
+            c = b.select(b.icmp_signed(">", c, _i64(n)), _i64(n), c)
+            valid.append(c)
+            ok = b.and_(ok, b.icmp_signed(">", c, _i64(0)))
+            full = b.and_(full, b.icmp_signed("==", c, _i64(n)))
+        return valid, ok, full
+
+    def _check_range(self, op: Op, root: Value, offset, strides, valid, esize: int) -> None:
+        """One bounds check for a whole descriptor: the lowest and highest byte it touches."""
+        b = self.b
+        lo, hi = offset, offset
+        for s, n in zip(strides, valid):
+            ext = b.mul(s, b.sub(n, _i64(1)))
+            neg = b.icmp_signed("<", ext, _i64(0))
+            lo = b.add(lo, b.select(neg, ext, _i64(0)))
+            hi = b.add(hi, b.select(neg, _i64(0), ext))
+        hi = b.add(hi, _i64(esize))
+        index, _base, span = self.arg_info[id(root)]
+        bad = b.or_(b.icmp_signed("<", lo, _i64(0)), b.icmp_signed(">", hi, span))
+        self.fail_if(bad, STATUS_OUT_OF_BOUNDS, self.site(op, root.name), index, lo, hi)
+
+    def _box_copy(self, tile: Value, base_addr, offset, strides, valid, to_tile: bool) -> None:
+        """Copy the valid box between global memory and a tile buffer (row-major in the tile).
+
+        The innermost two dimensions go to a shared out-of-line row copier; outer dimensions loop here."""
+        b = self.b
+        shape = tile.type.shape
+        st = storage_type(tile.type)
+        esize = tile.type.elem_bytes
+        tstrides = _row_major(shape)
+        rank = len(shape)
+        buf = self.buffer(tile)
+        if rank == 0:
+            p = b.inttoptr(b.add(base_addr, offset), st.as_pointer())
+            if to_tile:
+                b.store(b.load(p), buf)
+            else:
+                b.store(b.load(buf), p)
+            return
+        helper = self._copy_rows_helper(esize)
+        buf8 = b.bitcast(buf, I8.as_pointer())
+        flag = ir.Constant(I1, 1 if to_tile else 0)
+
+        def plane(idx):
+            """Copy dims [rank-2, rank-1] (or the single dim of a 1-D tile) at outer index `idx`."""
+            addr = b.add(base_addr, offset)
+            for i, s_ in zip(idx, strides):
+                addr = b.add(addr, b.mul(i, s_))
+            toff = b.mul(self._flat(idx + [_i64(0)] * (rank - len(idx)), tstrides), _i64(esize))
+            tptr = b.gep(buf8, [toff])
+            if rank == 1:
+                rows, rstride, trow = _i64(1), _i64(0), _i64(0)
+            else:
+                rows, rstride, trow = valid[-2], strides[-2], _i64(tstrides[-2] * esize)
+            b.call(helper, [tptr, addr, rows, valid[-1], rstride, strides[-1], trow, flag])
+
+        def rec(d, idx):
+            if d >= rank - 2:
+                plane(idx)
+                return
+            self.loop(valid[d], lambda i: rec(d + 1, idx + [i]))
+
+        rec(0, [])
+
+    def _trace_dma(self, kind: int, root: Value, offset, strides, valid, esize: int, flags=0) -> None:
+        """Record a descriptor as rows of contiguous bytes: [arg, first byte, rows, row bytes, row stride].
+
+        Rank <= 2 is exact. For rank 3+ the outer dimensions are folded into rows at the stride of
+        dimension -2; a non-unit inner stride makes every element its own row.
+        """
+        b = self.b
+        index = self.arg_info[id(root)][0]
+        if not valid:
+            self.trace(kind, [index, offset, 1, esize, esize, flags])
+            return
+        contiguous = b.icmp_signed("==", strides[-1], _i64(esize))
+        outer = _prod_values(b, valid[:-1])
+        rows = b.select(contiguous, outer, b.mul(outer, valid[-1]))
+        row_bytes = b.select(contiguous, b.mul(valid[-1], _i64(esize)), _i64(esize))
+        outer_stride = strides[-2] if len(strides) >= 2 else _i64(0)
+        row_stride = b.select(contiguous, outer_stride, strides[-1])
+        self.trace(kind, [index, offset, rows, row_bytes, row_stride, flags])
+
+    def _prefetch_flag(self, op: Op):
+        """Multi-buffered loads: every iteration but the first was prefetched during the previous one
+        (flags = FLAG_PREFETCHED, bit 0)."""
+        if op.attrs.get("stages", 1) > 1 and self.loops:
+            iv, lb = self.loops[-1]
+            return self.b.zext(self.b.icmp_signed("!=", iv, lb), I64)
+        return 0
+
+    def op_nmp_dma_load(self, op: Op) -> None:
+        b = self.b
+        r = op.result
+        shape = r.type.shape
+        root, offset, strides, bounds, guard = self._dma_operands(op)
+        other = Operands(op).other
+        esize = r.type.elem_bytes
+        valid, ok, full = self._valid_box(shape, bounds, guard)
+        is_scalar = not r.type.is_tensor
+        tile = Value(r.name + "_spm", r.type) if is_scalar else r
+        if self.timing_only:
+            with b.if_then(ok):
+                self._check_range(op, root, offset, strides, valid, esize)
+                self.count("dma_loads", _i64(1))
+                self.count("dma_load_bytes", b.mul(_prod_values(b, valid), _i64(esize)))
+                self._trace_dma(KIND_DMA_LOAD, root, offset, strides, valid, esize, self._prefetch_flag(op))
+            if is_scalar:
+                self.vals[id(r)] = _const(r.type, 0)
+            return
+        with b.if_then(b.not_(full)):
+            if other is None:
+                zero = ir.Constant(storage_type(r.type), 0)
+                self.loop(r.type.numel, lambda i: b.store(zero, b.gep(self.buffer(tile), [i])))
+            elif other.type.is_tensor:
+                self.copy_tile(tile, other)
+            else:
+                ov = to_storage(b, self.scalar(other), r.type)
+                self.loop(r.type.numel, lambda i: b.store(ov, b.gep(self.buffer(tile), [i])))
+        with b.if_then(ok):
+            self._check_range(op, root, offset, strides, valid, esize)
+            self._box_copy(tile, self.arg_info[id(root)][1], offset, strides, valid, True)
+            self.count("dma_loads", _i64(1))
+            self.count("dma_load_bytes", b.mul(_prod_values(b, valid), _i64(esize)))
+            self._trace_dma(KIND_DMA_LOAD, root, offset, strides, valid, esize, self._prefetch_flag(op))
+        if is_scalar:
+            self.vals[id(r)] = self.load_elem(tile, _i64(0))
+
+    def op_nmp_dma_store(self, op: Op) -> None:
+        b = self.b
+        root, offset, strides, bounds, guard = self._dma_operands(op)
+        value = Operands(op).value
+        shape = value.type.shape
+        esize = value.type.elem_bytes
+        valid, ok, _full = self._valid_box(shape, bounds, guard)
+        if not value.type.is_tensor:
+            tile = Value(value.name + "_spm", value.type)
+            if not self.timing_only:
+                self.store_elem(tile, _i64(0), self.scalar(value))
+        else:
+            tile = value
+        with b.if_then(ok):
+            self._check_range(op, root, offset, strides, valid, esize)
+            if not self.timing_only:
+                self._box_copy(tile, self.arg_info[id(root)][1], offset, strides, valid, False)
+            self.count("dma_stores", _i64(1))
+            self.count("dma_store_bytes", b.mul(_prod_values(b, valid), _i64(esize)))
+            self._trace_dma(KIND_DMA_STORE, root, offset, strides, valid, esize)
+
+    def _elem_check(self, op: Op, root: Value, addr: ir.Value, esize: int, site: int) -> None:
+        b = self.b
+        index, base, span = self.arg_info[id(root)]
+        off = b.sub(addr, base)
+        bad = b.or_(b.icmp_signed("<", off, _i64(0)), b.icmp_signed(">", b.add(off, _i64(esize)), span))
+        self.fail_if(bad, STATUS_OUT_OF_BOUNDS, site, index, off, b.add(off, _i64(esize)))
+
+    def op_nmp_gather(self, op: Op) -> None:
+        n, body, finish = self._gather_parts(op)
+        self.loop(n, body)
+        finish()
+
+    def _gather_parts(self, op: Op):
+        """(elements, per-element body, epilogue) of a gather, so a fused run can end in one."""
+        b = self.b
+        g = Operands(op)
+        root, ptrs, mask, other = g.base, g.ptrs, g.mask, g.other
+        r = op.result
+        st = storage_type(r.type)
+        esize = r.type.elem_bytes
+        site = self.site(op, root.name)
+        scalar = not r.type.is_tensor
+        tile = Value(r.name + "_spm", r.type) if scalar else r
+
+        get = self._elem
+
+        def body(i):
+            m = get(mask, i) if mask is not None else ir.Constant(I1, 1)
+            with b.if_else(m) as (then, otherwise):
+                with then:
+                    addr = get(ptrs, i)
+                    self._elem_check(op, root, addr, esize, site)
+                    b.store(b.load(b.inttoptr(addr, st.as_pointer())), b.gep(self.buffer(tile), [i]))
+                with otherwise:
+                    if other is not None:
+                        self.store_elem(tile, i, get(other, i))
+                    else:
+                        b.store(ir.Constant(st, 0), b.gep(self.buffer(tile), [i]))
+
+        def finish():
+            self.count("gather_elems", _i64(r.type.numel))
+            self.trace(KIND_GATHER, [self.arg_info[id(root)][0], 0, r.type.numel, esize, self.arg_info[id(root)][2]])
+            if scalar:
+                self.vals[id(r)] = self.load_elem(tile, _i64(0))
+
+        return r.type.numel, body, finish
+
+    def op_nmp_scatter(self, op: Op) -> None:
+        n, body, finish = self._scatter_parts(op)
+        self.loop(n, body)
+        finish()
+
+    def _scatter_parts(self, op: Op):
+        b = self.b
+        sc = Operands(op)
+        root, ptrs, value, mask = sc.base, sc.ptrs, sc.value, sc.mask
+        st = storage_type(value.type)
+        esize = value.type.elem_bytes
+        site = self.site(op, root.name)
+        n = value.type.numel
+
+        get = self._elem
+
+        def body(i):
+            m = get(mask, i) if mask is not None else ir.Constant(I1, 1)
+            with b.if_then(m):
+                addr = get(ptrs, i)
+                self._elem_check(op, root, addr, esize, site)
+                x = to_storage(b, get(value, i), value.type)
+                b.store(x, b.inttoptr(addr, st.as_pointer()))
+
+        def finish():
+            self.count("scatter_elems", _i64(n))
+            self.trace(KIND_SCATTER, [self.arg_info[id(root)][0], 0, n, esize, self.arg_info[id(root)][2]])
+
+        return n, body, finish
