@@ -170,8 +170,7 @@ class KernelCodegen(ControlFlowCodegen, MemoryCodegen, RuntimeCodegen, LanguageC
         mem = None
         if run[-1].name in FUSABLE_MEMORY_OPS:  # the run computes this gather/scatter/atomic's addresses
             mem, run = run[-1], run[:-1]
-            parts = {"nmp.gather": self._gather_parts, "nmp.scatter": self._scatter_parts,
-                     "nmp.atomic": self._atomic_parts}[mem.name](mem)
+            parts = self._element_parts(mem)
         users = self._users()
         produced = {id(op.results[0]) for op in run}
         # a result needs its tile if anything outside the run reads it
@@ -215,12 +214,19 @@ class KernelCodegen(ControlFlowCodegen, MemoryCodegen, RuntimeCodegen, LanguageC
         if mem is not None:
             parts[2]()
 
+    def _element_parts(self, op: Op):
+        """(elements, per-element body, epilogue) of a gather, scatter or atomic."""
+        return {"nmp.gather": self._gather_parts, "nmp.scatter": self._scatter_parts,
+                "nmp.atomic": self._atomic_parts}[op.name](op)
+
     def emit_op(self, op: Op) -> None:
         if self.b.block.is_terminated:
             self.b.position_at_end(self.fn.append_basic_block("dead"))
         handler = getattr(self, "op_" + op.name.replace(".", "_"), None)
         try:
-            if handler is not None:
+            if op.name in FUSABLE_MEMORY_OPS:  # alone, not at the end of a fused run
+                self._element_op(self._element_parts(op))
+            elif handler is not None:
                 handler(op)
             elif op.results and not op.results[0].type.is_tensor:
                 self.op_scalar(op)

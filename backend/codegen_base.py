@@ -15,7 +15,16 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
-from triton_nmp.abi import COUNTERS, COUNTERS_BASE, CTX_PID, CTX_SITE, CTX_STATUS, STATUS_NO_MEMORY, TRACE_WORDS
+from triton_nmp.abi import (
+    COUNTERS,
+    COUNTERS_BASE,
+    CTX_PID,
+    CTX_SITE,
+    CTX_STATUS,
+    STATUS_NO_MEMORY,
+    STATUS_OUT_OF_BOUNDS,
+    TRACE_WORDS,
+)
 
 from .codegen_scalar import I1, I8, I64, compute_type, storage_type, to_compute, to_storage
 from .codegen_watchdog import tick as watchdog_tick
@@ -56,9 +65,6 @@ def _const(t: Ty, value) -> ir.Constant:
     return ir.Constant(ct, float(value))
 
 
-def _zero(t) -> ir.Constant:
-    ct = compute_type(t)
-    return ir.Constant(ct, 0 if isinstance(ct, ir.IntType) else 0.0)
 
 
 def _row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -168,6 +174,22 @@ class CodegenBase:
             for k, v in enumerate(vals):
                 b.store(v, b.gep(self.ctx, [_i64(k)]))
             b.branch(self.err_exit)
+
+    def _elem_check(self, op: Op, root: Value, addr: ir.Value, esize: int, site: int) -> None:
+        """Fail with STATUS_OUT_OF_BOUNDS unless the element at address `addr` lies inside argument `root`."""
+        b = self.b
+        index, base, span = self.arg_info[id(root)]
+        off = b.sub(addr, base)
+        bad = b.or_(b.icmp_signed("<", off, _i64(0)), b.icmp_signed(">", b.add(off, _i64(esize)), span))
+        self.fail_if(bad, STATUS_OUT_OF_BOUNDS, site, index, off, b.add(off, _i64(esize)))
+
+    def _element_op(self, parts) -> None:
+        """A gather, scatter or atomic on its own (not ending a fused run): the per-element loop, then the
+        counters and trace records (only those in the timing-only variant)."""
+        n, body, finish = parts
+        if not self.timing_only:
+            self.loop(n, body)
+        finish()
 
     def buffer(self, v: Value) -> ir.Value:
         """The scratchpad buffer of a tile value: its planned place in the scratchpad arena, or (for

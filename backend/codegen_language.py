@@ -16,12 +16,11 @@ from triton_nmp.abi import (
     KIND_SCATTER,
     KIND_VEC,
     STATUS_ASSERT,
-    STATUS_OUT_OF_BOUNDS,
     dtype_code,
 )
 from triton_nmp.opclass import OP_ALU, region_class
 
-from .codegen_base import CodegenBase, _i64, _prod, _row_major, _zero
+from .codegen_base import CodegenBase, _const, _i64, _prod, _row_major
 from .codegen_scalar import I1, I32, I64, storage_type
 from .ir import Op, Value
 from .ops import Operands
@@ -36,23 +35,10 @@ class LanguageCodegen(CodegenBase):
         b = self.b
         b.store(b.load(b.gep(self.buffer(src), [si])), b.gep(self.buffer(dst), [di]))
 
-    def _flat_idx(self, idx: list[ir.Value], strides: tuple[int, ...]) -> ir.Value:
-        b = self.b
-        acc = _i64(0)
-        for i, s in zip(idx, strides):
-            if s:
-                acc = b.add(acc, i if s == 1 else b.mul(i, _i64(s)))
-        return acc
-
     def _assert_site(self, op: Op, msg: str) -> int:
         idx = self.site(op)
         self.sites[idx].msg = msg
         return idx
-
-    @property
-    def _timing(self) -> bool:
-        """True while emitting the timing-only variant (no tile data is computed)."""
-        return bool(getattr(self, "timing_only", False))
 
     def _charge(self, n: int, elem: str, reduce_like: bool = False, cls: int = OP_ALU, accesses: int = 2) -> None:
         """Account n elements of vector-unit work (counter and trace record), like the core's tile ops:
@@ -63,23 +49,31 @@ class LanguageCodegen(CodegenBase):
     def _dummy_scalars(self, op: Op) -> None:
         for r in op.results:
             if not r.type.is_tensor:
-                self.vals[id(r)] = _zero(r.type)
+                self.vals[id(r)] = _const(r.type, 0)
 
     # -- shape ops -----------------------------------------------------------------------------------
+    def _interleave(self, pairs: Value, halves: tuple[Value, Value], to_pairs: bool) -> None:
+        """pairs[2i + k] <-> halves[k][i] for every i: join (halves -> pairs) and split (pairs -> halves)."""
+        b = self.b
+
+        def body(i):
+            for k, half in enumerate(halves):
+                at = b.mul(i, _i64(2)) if k == 0 else b.add(b.mul(i, _i64(2)), _i64(1))
+                if to_pairs:
+                    self._raw_copy(pairs, at, half, i)
+                else:
+                    self._raw_copy(half, i, pairs, at)
+
+        self.loop(halves[0].type.numel, body)
+
     def op_nmp_join(self, op: Op) -> None:
         a, c = op.operands
         r = op.result
-        b = self.b
         self._charge(r.type.numel, r.type.elem)
-        if self._timing:
+        if self.timing_only:
             return
-
-        def body(i):
-            self._raw_copy(r, b.mul(i, _i64(2)), a, i)
-            self._raw_copy(r, b.add(b.mul(i, _i64(2)), _i64(1)), c, i)
-
         if a.type.is_tensor:
-            self.loop(a.type.numel, body)
+            self._interleave(r, (a, c), to_pairs=True)
         else:
             self.store_elem(r, _i64(0), self.scalar(a))
             self.store_elem(r, _i64(1), self.scalar(c))
@@ -87,28 +81,22 @@ class LanguageCodegen(CodegenBase):
     def op_nmp_split(self, op: Op) -> None:
         (x,) = op.operands
         r0, r1 = op.results
-        b = self.b
         self._charge(x.type.numel, x.type.elem)
-        if self._timing:
+        if self.timing_only:
             self._dummy_scalars(op)
             return
         if not r0.type.is_tensor:
             self.vals[id(r0)] = self.load_elem(x, _i64(0))
             self.vals[id(r1)] = self.load_elem(x, _i64(1))
             return
-
-        def body(i):
-            self._raw_copy(r0, i, x, b.mul(i, _i64(2)))
-            self._raw_copy(r1, i, x, b.add(b.mul(i, _i64(2)), _i64(1)))
-
-        self.loop(r0.type.numel, body)
+        self._interleave(x, (r0, r1), to_pairs=False)
 
     def op_nmp_cat(self, op: Op) -> None:
         a, c = op.operands
         r = op.result
         b = self.b
         self._charge(r.type.numel, r.type.elem)
-        if self._timing:
+        if self.timing_only:
             return
         na = a.type.numel
         self.loop(na, lambda i: self._raw_copy(r, i, a, i))
@@ -125,18 +113,18 @@ class LanguageCodegen(CodegenBase):
         n_axis = sshape[axis]
         site = self._assert_site(op, f"tl.gather index out of range [0, {n_axis}) along axis {axis}")
         self._charge(r.type.numel, r.type.elem)
-        if self._timing:
+        if self.timing_only:
             return
 
         def body(ix):
-            flat = self._flat_idx(ix, r_strides)
+            flat = self._flat(ix, r_strides)
             k = self.load_elem(idx, flat)
             k64 = b.sext(k, I64) if k.type.width < 64 else k
             bad = b.icmp_unsigned(">=", k64, _i64(n_axis))
             self.fail_if(bad, STATUS_ASSERT, site, 0, k64, _i64(n_axis))
             sidx = list(ix)
             sidx[axis] = k64
-            self._raw_copy(r, flat, src, self._flat_idx(sidx, s_strides))
+            self._raw_copy(r, flat, src, self._flat(sidx, s_strides))
 
         self.loop_nest(r.type.shape, body)
 
@@ -146,7 +134,7 @@ class LanguageCodegen(CodegenBase):
         nbins = r.type.numel
         b = self.b
         self._charge(x.type.numel, "i32", reduce_like=True)
-        if self._timing:
+        if self.timing_only:
             return
         st = storage_type(r.type)
         zero = ir.Constant(st, 0)
@@ -183,7 +171,7 @@ class LanguageCodegen(CodegenBase):
         self.count("macs", _i64(batch * m * n * k))
         for _ in range(1):
             self.trace(KIND_MATMUL, [m * batch, n, k, dtype_code(a.type.elem)])
-        if self._timing:
+        if self.timing_only:
             return
 
         def widen(v):
@@ -233,12 +221,6 @@ class LanguageCodegen(CodegenBase):
             return _intrinsic(b, "maxnum" if kind == "max" else "minnum", [old, v])
         raise NotImplementedError(f"atomic operation '{kind}'")
 
-    def op_nmp_atomic(self, op: Op) -> None:
-        n, body, finish = self._atomic_parts(op)
-        if not self._timing:
-            self.loop(n, body)
-        finish()
-
     def _atomic_parts(self, op: Op):
         """(elements, per-element read-modify-write, epilogue), so a fused run can end in an atomic."""
         kind = op.attrs["kind"]
@@ -248,7 +230,7 @@ class LanguageCodegen(CodegenBase):
         b = self.b
         st = storage_type(r.type)
         esize = r.type.elem_bytes
-        index, base, span = self.arg_info[id(root)]
+        index, _, span = self.arg_info[id(root)]
         site = self.site(op, root.name)
         self.sites[site].op = self._ATOMIC_LABEL.get(kind, "tl.atomic_" + kind)
         n = r.type.numel if r.type.is_tensor else 1
@@ -262,9 +244,7 @@ class LanguageCodegen(CodegenBase):
             with b.if_else(m) as (then, otherwise):
                 with then:
                     addr = self._elem(ptrs, i)
-                    off = b.sub(addr, base)
-                    bad = b.or_(b.icmp_signed("<", off, _i64(0)), b.icmp_signed(">", b.add(off, _i64(esize)), span))
-                    self.fail_if(bad, STATUS_OUT_OF_BOUNDS, site, index, off, b.add(off, _i64(esize)))
+                    self._elem_check(op, root, addr, esize, site)
                     p = b.inttoptr(addr, st.as_pointer())
                     old = to_compute(b, b.load(p), r.type)
                     v = self._elem(val, i)
@@ -292,7 +272,7 @@ class LanguageCodegen(CodegenBase):
             self.trace(KIND_GATHER, [index, 0, n, esize, span])
             self.trace(KIND_SCATTER, [index, 0, n, esize, span])
             if scalar:
-                self.vals[id(r)] = _zero(r.type) if self._timing else self.load_elem(tile, _i64(0))
+                self.vals[id(r)] = _const(r.type, 0) if self.timing_only else self.load_elem(tile, _i64(0))
 
         return n, body, finish
 
@@ -328,7 +308,7 @@ class LanguageCodegen(CodegenBase):
         hex_ = op.attrs.get("hex", False)
         signed = list(op.attrs.get("signed", ()))
         pids = [b.trunc(p, I32) for p in self.pids]
-        if self._timing:
+        if self.timing_only:
             return
         if not op.operands:
             b.call(printf, [self._cstring("pid (%u, %u, %u)" + prefix + "\n"), *pids])
@@ -384,7 +364,7 @@ class LanguageCodegen(CodegenBase):
 
         if t.is_tensor:
             strides = _row_major(shape)
-            self.loop_nest(shape, lambda ix: emit_elem(self._flat_idx(ix, strides), ix))
+            self.loop_nest(shape, lambda ix: emit_elem(self._flat(ix, strides), ix))
         else:
             emit_elem(_i64(0), [])
 
@@ -395,7 +375,7 @@ class LanguageCodegen(CodegenBase):
         """`llvm.assume` on a scalar condition; tensor conditions and the timing-only variant (whose
         values may not be computed) assume nothing."""
         (cond,) = op.operands
-        if self._timing or cond.type.is_tensor:
+        if self.timing_only or cond.type.is_tensor:
             return
         fn = self.module.globals.get("llvm.assume") or ir.Function(
             self.module, ir.FunctionType(ir.VoidType(), [I1]), "llvm.assume")
@@ -405,7 +385,7 @@ class LanguageCodegen(CodegenBase):
         (cond,) = op.operands
         site = self._assert_site(op, op.attrs.get("msg", ""))
         b = self.b
-        if self._timing:
+        if self.timing_only:
             return
         if not cond.type.is_tensor:
             c = self.scalar(cond)
@@ -433,7 +413,7 @@ class LanguageCodegen(CodegenBase):
         b = self.b
         self._charge(_prod(shape), inputs[0].type.elem, reduce_like=True, cls=region_class(region),
                      accesses=2 * len(inputs))
-        if self._timing:
+        if self.timing_only:
             return
 
         def at(o, k, i):

@@ -185,18 +185,6 @@ class MemoryCodegen(CodegenBase):
             self.count("dma_store_bytes", b.mul(_prod_values(b, valid), _i64(esize)))
             self._trace_dma(KIND_DMA_STORE, root, offset, strides, valid, esize)
 
-    def _elem_check(self, op: Op, root: Value, addr: ir.Value, esize: int, site: int) -> None:
-        b = self.b
-        index, base, span = self.arg_info[id(root)]
-        off = b.sub(addr, base)
-        bad = b.or_(b.icmp_signed("<", off, _i64(0)), b.icmp_signed(">", b.add(off, _i64(esize)), span))
-        self.fail_if(bad, STATUS_OUT_OF_BOUNDS, site, index, off, b.add(off, _i64(esize)))
-
-    def op_nmp_gather(self, op: Op) -> None:
-        n, body, finish = self._gather_parts(op)
-        self.loop(n, body)
-        finish()
-
     def _gather_parts(self, op: Op):
         """(elements, per-element body, epilogue) of a gather, so a fused run can end in one."""
         b = self.b
@@ -231,11 +219,6 @@ class MemoryCodegen(CodegenBase):
                 self.vals[id(r)] = self.load_elem(tile, _i64(0))
 
         return r.type.numel, body, finish
-
-    def op_nmp_scatter(self, op: Op) -> None:
-        n, body, finish = self._scatter_parts(op)
-        self.loop(n, body)
-        finish()
 
     def _scatter_parts(self, op: Op):
         b = self.b

@@ -156,14 +156,14 @@ class LanguageLowering:
         for label, args in self._successor_args(op, 1):
             target = self._enter_block(label, args)
             blk = Block()
-            saved = self.block
-            self.block = blk
+            saved = self.builder.block
+            self.builder.block = blk
             self.lower_block(target)
-            self.block = saved
+            self.builder.block = saved
             values = self.returns[-1].pop() if self.returns and self.returns[-1] else []
             if len(values) != len(result_types):
                 raise self.error(f"a branch of '{self.cfg_owner.name}' does not end in a return")
-            Builder(blk, self.loc).op("scf.yield", values)
+            Builder(blk, self.builder.loc).op("scf.yield", values)
             regions.append(Region([blk]))
         new = self.emit("scf.if", [cond], result_types, {}, regions)
         if self.returns:

@@ -13,7 +13,7 @@ from triton_nmp.errors import NMPCompilationError
 
 from .access import Affine, AffineAnalysis, MaskAnalysis, MaskBox
 from .codegen_scalar import ELEMENTWISE_OPS
-from .ir import Block, Builder, Func, Loc, Module, Op, Region, Ty, Value
+from .ir import Block, Builder, Func, Module, Op, Region, Ty, Value
 from .lower_language import LanguageLowering
 from .ops import make_operands
 
@@ -49,24 +49,8 @@ class Lowering(LanguageLowering):
         self.hoisted: dict[tuple, Value] = {}
 
     # -- helpers -----------------------------------------------------------------------------------
-    @property
-    def block(self) -> Block:
-        return self.builder.block
-
-    @block.setter
-    def block(self, block: Block) -> None:
-        self.builder.block = block
-
-    @property
-    def loc(self) -> Loc:
-        return self.builder.loc
-
-    @loc.setter
-    def loc(self, loc: Loc) -> None:
-        self.builder.loc = loc
-
     def error(self, msg: str, hint: str = "") -> NMPCompilationError:
-        return NMPCompilationError(msg, kernel=self.func.name, loc=str(self.loc), hint=hint)
+        return NMPCompilationError(msg, kernel=self.func.name, loc=str(self.builder.loc), hint=hint)
 
     def emit(self, name: str, operands: list[Value], result_types: list[Ty], attrs: dict | None = None,
              regions: list[Region] | None = None, names: list[str] | None = None) -> Op:
@@ -87,11 +71,11 @@ class Lowering(LanguageLowering):
     def hoisted_const(self, value, ty: Ty) -> Value:
         """A scalar constant defined at the top of the block: between two tile ops it would split their
         fused run (see `fused_run_length`)."""
-        key = (id(self.block), repr(value), ty)
+        key = (id(self.builder.block), repr(value), ty)
         c = self.hoisted.get(key)
         if c is None:
             c = self.const(value, ty)
-            self.block.ops.insert(0, self.block.ops.pop())
+            self.builder.block.ops.insert(0, self.builder.block.ops.pop())
             self.hoisted[key] = c
         return c
 
@@ -181,11 +165,11 @@ class Lowering(LanguageLowering):
     def _sunk_constant(self, v: Value) -> Value:
         """A tile constant used only in nested regions, built in the block that uses it (once per block),
         so it joins the elementwise run there instead of holding scratchpad across the whole region."""
-        key = (id(v), id(self.block))
+        key = (id(v), id(self.builder.block))
         hit = self.sunk.get(key)
         if hit is None:
             const = self.emit("nmp.const", [], [v.type], {"value": v.owner.attrs["value"]}, names=[v.name]).result
-            hit = self.sunk[key] = (self.block, const)  # the block is kept alive: its id stays unique
+            hit = self.sunk[key] = (self.builder.block, const)  # the block is kept alive: its id stays unique
         return hit[1]
 
     # -- driver --------------------------------------------------------------------------------------
@@ -197,13 +181,13 @@ class Lowering(LanguageLowering):
             body.args.append(na)
             args.append(na)
             self.vmap[id(a)] = na
-        self.block = body
+        self.builder.block = body
         self.lower_block(self.func.body)
         return Func(self.func.name, args, self.func.arg_locs, body, self.func.loc)
 
     def lower_block(self, block: Block) -> None:
         for op in block.ops:
-            self.loc = op.loc if op.loc.known else self.loc
+            self.builder.loc = op.loc if op.loc.known else self.builder.loc
             self.lower_op(op)
 
     def bind(self, op: Op, new: Op) -> None:
@@ -350,10 +334,10 @@ class Lowering(LanguageLowering):
         self.emit("nmp.scatter", operands, [], attrs)
 
     def _lower_region_into(self, region: Region, block: Block) -> None:
-        saved = self.block
-        self.block = block
+        saved = self.builder.block
+        self.builder.block = block
         self.lower_block(region.block)
-        self.block = saved
+        self.builder.block = saved
 
     def op_scf_yield(self, op: Op) -> None:
         self.emit("scf.yield", [self.get(o) for o in op.operands], [])
@@ -373,7 +357,7 @@ class Lowering(LanguageLowering):
             b = Block()
             self._lower_region_into(region, b)
             if not b.ops or b.ops[-1].name != "scf.yield":
-                Builder(b, self.loc).op("scf.yield")
+                Builder(b, self.builder.loc).op("scf.yield")
             regions.append(Region([b]))
         new = self.emit("scf.if", [cond], [r.type for r in op.results], {}, regions,
                         names=[r.name for r in op.results])
@@ -454,18 +438,18 @@ class Lowering(LanguageLowering):
                 self.syms[("for_in", id(op), i)] = nb.add_arg(barg.name + "_off", I64)
             else:
                 self.vmap[id(barg)] = nb.add_arg(barg.name, new_inits[i].type)
-        saved = self.block
-        self.block = nb
+        saved = self.builder.block
+        self.builder.block = nb
         for inner in body.ops[:-1]:
-            self.loc = inner.loc if inner.loc.known else self.loc
+            self.builder.loc = inner.loc if inner.loc.known else self.builder.loc
             self.lower_op(inner)
         yields = []
         for i, (mode, _a0) in enumerate(modes):
             yv = yield_op.operands[i]
             yields.append(self.sexpr(self.aff(yv).offset) if mode == "affine" else self.get(yv))
         self.emit("scf.yield", yields, [])
-        self.block = saved
-        self.loc = op.loc if op.loc.known else self.loc
+        self.builder.block = saved
+        self.builder.loc = op.loc if op.loc.known else self.builder.loc
         new = self.emit("scf.for", [lb, ub, step, *new_inits], [v.type for v in new_inits], {}, [Region([nb])],
                         names=[r.name for r in op.results])
         for i, ((mode, a0), r) in enumerate(zip(modes, op.results)):
