@@ -16,17 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from triton_nmp.abi import (
-    FLAG_PREFETCHED,
-    KIND_DMA_LOAD,
-    KIND_DMA_STORE,
-    KIND_GATHER,
-    KIND_MATMUL,
-    KIND_SCATTER,
-    KIND_VEC,
-    TRACE_WORDS,
-    dtype_code,
-)
+from triton_nmp import abi
 from triton_nmp.opclass import classify, region_class
 
 from .ir import Func, Op, Value
@@ -42,7 +32,7 @@ class Unknown(Exception):
 
 @dataclass
 class TracePrediction:
-    trace: np.ndarray  # (records, TRACE_WORDS) int64, program order within each program
+    trace: np.ndarray  # (records, abi.TRACE_WORDS) int64, program order within each program
     exact: bool
     reason: str = ""
 
@@ -165,7 +155,7 @@ class _Predictor:
         lanes = np.nonzero(mask)[0]
         if lanes.size == 0:
             return
-        rec = np.zeros((lanes.size, TRACE_WORDS), dtype=np.int64)
+        rec = np.zeros((lanes.size, abi.TRACE_WORDS), dtype=np.int64)
         rec[:, 0] = kind
         rec[:, 1] = self.prog[lanes]
         for k, f in enumerate(fields):
@@ -178,7 +168,7 @@ class _Predictor:
         alive = np.ones(self.prog.size, dtype=bool)
         self.block(self.func.body.ops, alive)
         if not self.records:
-            return np.zeros((0, TRACE_WORDS), dtype=np.int64)
+            return np.zeros((0, abi.TRACE_WORDS), dtype=np.int64)
         recs = np.concatenate([r for _, _, r in self.records])
         seqs = np.concatenate([np.full(r.shape[0], s) for s, _, r in self.records])
         order = np.lexsort((seqs, recs[:, 1]))
@@ -225,19 +215,19 @@ class _Predictor:
         if n in ("nmp.gather", "nmp.scatter"):
             mem = Operands(op)
             t = op.result.type if n == "nmp.gather" else mem.value.type
-            self.emit(mask, KIND_GATHER if n == "nmp.gather" else KIND_SCATTER,
+            self.emit(mask, abi.KIND_GATHER if n == "nmp.gather" else abi.KIND_SCATTER,
                       [self.arg_index[id(mem.base)], 0, t.numel, t.elem_bytes, self.spans.get(mem.base.name, 0)])
             for r in op.results:
                 self.unknown.add(id(r))
             return mask
         if n == "nmp.vec":
             r = op.result
-            self.emit(mask, KIND_VEC, [r.type.numel, 0, dtype_code(r.type.elem), classify(op),
+            self.emit(mask, abi.KIND_VEC, [r.type.numel, 0, abi.dtype_code(r.type.elem), classify(op),
                                      self.accesses.get(id(op), 0)])
             return mask
         if n == "nmp.reduce":
             shape = op.operands[0].type.shape
-            self.emit(mask, KIND_VEC, [int(np.prod(shape)), 1, dtype_code(op.operands[0].type.elem),
+            self.emit(mask, abi.KIND_VEC, [int(np.prod(shape)), 1, abi.dtype_code(op.operands[0].type.elem),
                                      region_class(op.regions[0].block), len(op.operands)])
             for r in op.results:
                 self.unknown.add(id(r))
@@ -245,7 +235,7 @@ class _Predictor:
         if n == "nmp.matmul":
             a, b = Operands(op).a, Operands(op).b
             m, k = a.type.shape[-2:]
-            self.emit(mask, KIND_MATMUL, [m, b.type.shape[-1], k, dtype_code(a.type.elem)])
+            self.emit(mask, abi.KIND_MATMUL, [m, b.type.shape[-1], k, abi.dtype_code(a.type.elem)])
             return mask
         if n in ("nmp.splat", "nmp.iota", "nmp.const", "nmp.broadcast", "nmp.transpose", "nmp.view"):
             return mask
@@ -296,10 +286,10 @@ class _Predictor:
         flags = 0
         if op.name == "nmp.dma_load" and op.attrs.get("stages", 1) > 1 and self.loops:
             iv, lb = self.loops[-1]
-            flags = (np.asarray(iv) != np.asarray(lb)).astype(np.int64) * FLAG_PREFETCHED
+            flags = (np.asarray(iv) != np.asarray(lb)).astype(np.int64) * abi.FLAG_PREFETCHED
         if op.name == "nmp.dma_load" and not op.result.type.is_tensor:
             self.unknown.add(id(op.result))
-        kind = KIND_DMA_LOAD if op.name == "nmp.dma_load" else KIND_DMA_STORE
+        kind = abi.KIND_DMA_LOAD if op.name == "nmp.dma_load" else abi.KIND_DMA_STORE
         n = self.prog.size
         self.emit(ok, kind, [self.arg_index[id(root)], np.broadcast_to(offset, (n,)), np.broadcast_to(rows, (n,)),
                              np.broadcast_to(row_bytes, (n,)), np.broadcast_to(row_stride, (n,)),
@@ -381,9 +371,9 @@ def predict_trace(func: Func, scalars: dict[str, int | float], spans: dict[str, 
     """The trace the compiled kernel would record for this launch, or exact=False when it depends on data."""
     grid = tuple(int(g) for g in (list(grid) + [1, 1])[:3])
     if min(grid) <= 0:
-        return TracePrediction(np.zeros((0, TRACE_WORDS), dtype=np.int64), True)
+        return TracePrediction(np.zeros((0, abi.TRACE_WORDS), dtype=np.int64), True)
     try:
         trace = _Predictor(func, scalars, spans, grid).run()
     except Unknown as e:
-        return TracePrediction(np.zeros((0, TRACE_WORDS), dtype=np.int64), False, str(e))
+        return TracePrediction(np.zeros((0, abi.TRACE_WORDS), dtype=np.int64), False, str(e))
     return TracePrediction(trace, True)
