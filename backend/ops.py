@@ -156,7 +156,6 @@ def op_def(name: str) -> OpDef | None:
 
 SIDE_EFFECT_OPS = frozenset(n for n, d in OPS.items() if d.effects)
 TERMINATORS = frozenset(n for n, d in OPS.items() if d.terminator)
-VIEW_OPS = frozenset(n for n, d in OPS.items() if d.view)
 FUSABLE_OPS = tuple(n for n, d in OPS.items() if d.fusable)
 # Gathers, scatters and atomics touch memory one element at a time, so one may end a fused run whose
 # ops compute its addresses: the pointer tile then lives in registers, not in the scratchpad.

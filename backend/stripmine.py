@@ -18,10 +18,9 @@ from __future__ import annotations
 import itertools
 
 from .ir import Block, Builder, Func, Op, Region, Ty, Value, clone_region
-from .ops import Operands
+from .ops import OPS, Operands
 
-_ELEMENTWISE_TILE_OPS = {"nmp.dma_load", "nmp.dma_store", "nmp.gather", "nmp.scatter", "nmp.vec", "nmp.splat",
-                         "nmp.const", "nmp.iota"}
+_ELEMENTWISE_TILE_OPS = {n for n, d in OPS.items() if d.elementwise}  # DMA, gather/scatter, vec, splat, const, iota
 _MEMORY_OPS = ("nmp.dma_load", "nmp.dma_store", "nmp.gather", "nmp.scatter")
 I64 = Ty("i64")
 
