@@ -119,10 +119,12 @@ def _fail(op: Op, f: Func, stage: str, msg: str) -> None:
 def _verify_block(block: Block, visible: set[int], f: Func, stage: str, defined: set[int]) -> None:
     scope = set(visible) | {id(a) for a in block.args}
     for op in block.ops:
-        for v in [a for r in op.regions for b in r.blocks for a in b.args] + op.results:
-            if id(v) in defined:  # e.g. one Region object in two ops
-                _fail(op, f, stage, f"%{v.name} is defined twice")
-            defined.add(id(v))
+        for v in op.results:
+            _define_once(v, op, f, stage, defined)
+        for region in op.regions:  # e.g. one Region object in two ops would define its values twice
+            for b in region.blocks:
+                for a in b.args:
+                    _define_once(a, op, f, stage, defined)
         for o in op.operands:
             if id(o) not in scope:
                 _fail(op, f, stage, f"operand %{o.name} is not defined before its use")
@@ -141,6 +143,12 @@ def _verify_block(block: Block, visible: set[int], f: Func, stage: str, defined:
             scope.add(id(r))
 
 
+def _define_once(v: Value, op: Op, f: Func, stage: str, defined: set[int]) -> None:
+    if id(v) in defined:
+        _fail(op, f, stage, f"%{v.name} is defined twice")
+    defined.add(id(v))
+
+
 def _verify_operands(op: Op, f: Func, stage: str) -> None:
     """The op is in the op table and has the operands its layout asks for."""
     d = op_def(op.name)
@@ -149,7 +157,7 @@ def _verify_operands(op: Op, f: Func, stage: str) -> None:
     for slot in d.slots:
         if slot.count and not isinstance(op.attrs.get(slot.count), int):
             _fail(op, f, stage, f"attribute '{slot.count}' (number of {slot.name} operands) is missing")
-    _at, expect, at_least = d.positions(op)
+    expect, at_least = d.operand_count(op.attrs)
     n = len(op.operands)
     if n < expect or (n > expect and not at_least):
         what = f"{'at least ' if at_least else ''}{expect} operands ({d.layout})"

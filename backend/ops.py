@@ -72,6 +72,18 @@ class OpDef:
     def __post_init__(self) -> None:
         object.__setattr__(self, "slots", tuple(Slot.parse(t) for t in self.layout.split()))
 
+    def operand_count(self, attrs: dict) -> tuple[int, bool]:
+        """The operand count the layout asks for under `attrs`, and whether it is a minimum (`*` group)."""
+        n = 0
+        for s in self.slots:
+            if s.rest:
+                return n, True
+            if s.count:
+                n += int(attrs[s.count])
+            elif s.when is None or s.present(attrs):
+                n += 1
+        return n, False
+
     def positions(self, op: Op) -> tuple[dict[str, int | slice | None], int, bool]:
         """Where each named operand of `op` sits: index, slice (groups) or None (absent optional);
         plus the operand count the layout expects and whether that count is a minimum (a `*` group)."""
