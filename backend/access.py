@@ -7,6 +7,10 @@ rewrites such a tensor as
     root argument + offset + sum_d index_d * stride_d        (offset and strides in bytes)
 
 where offset and strides are scalar expressions (`SExpr`) the compiler can compute once per access.
+One dimension may also carry a run-time index (`RowIndex`): element j of that dimension adds
+sum_k scale_k * vector_k[j] for 1-D integer tensors vector_k the compiler cannot see through (loaded
+ids, `(pid * B + arange(B)) % M`, a page table lookup). Such an access is a row gather: one DMA per
+row, or per run of rows whose offsets step evenly.
 Mask analysis (`MaskAnalysis`) is separate, as in triton-shared: it turns `offs < n` style masks into
 an upper bound per dimension (a rectangular valid box). Anything that does not fit these forms is
 answered with `None`, and the caller falls down the ladder to element gather/scatter; the analysis
@@ -69,8 +73,35 @@ def s_min(a: SExpr, b: SExpr) -> SExpr:
 
 
 @dataclass(frozen=True)
+class RowIndex:
+    """A run-time index along tile dimension `axis`: element j of that dimension adds
+    sum(scale * vector[j] for vector, scale in terms), each vector a 1-D integer TTIR tensor."""
+
+    axis: int
+    terms: tuple[tuple[Value, SExpr], ...]
+
+    def scaled(self, k: SExpr) -> RowIndex:
+        return RowIndex(self.axis, tuple((v, s_mul(s, k)) for v, s in self.terms))
+
+    def moved(self, axis: int) -> RowIndex:
+        return RowIndex(axis, self.terms)
+
+
+def _join_index(a: RowIndex | None, b: RowIndex | None, sign: int = 1) -> RowIndex | None | bool:
+    """The index of a sum (or difference, sign -1) of two forms; False when they index different axes."""
+    if b is not None and sign < 0:
+        b = b.scaled(-1)
+    if a is None or b is None:
+        return a if b is None else b
+    if a.axis != b.axis:
+        return False
+    return RowIndex(a.axis, a.terms + b.terms)
+
+
+@dataclass(frozen=True)
 class Affine:
-    """`root` + offset + sum(index_d * strides[d]); `root` is a pointer argument or None for integers.
+    """`root` + offset + sum(index_d * strides[d]) (+ the run-time `index`, if any); `root` is a pointer
+    argument or None for integers.
 
     For integer tensors offset/strides are in units of the value; for pointer tensors in bytes.
     """
@@ -78,10 +109,11 @@ class Affine:
     root: Value | None
     offset: SExpr
     strides: tuple[SExpr, ...]
+    index: RowIndex | None = None
 
     @property
     def is_uniform(self) -> bool:
-        return all(s == 0 for s in self.strides)
+        return self.index is None and all(s == 0 for s in self.strides)
 
 
 def _def(v: Value) -> Op | None:
@@ -131,6 +163,14 @@ class AffineAnalysis:
         return Affine(None, ("val", v), ())
 
     def _compute(self, v: Value) -> Affine | None:
+        form = self._structured(v)
+        ty: Ty = v.type
+        if form is None and ty.is_tensor and ty.is_int and ty.elem != "i1" and len(ty.shape) == 1:
+            # an integer vector the analysis cannot see through is a run-time index of itself
+            return Affine(None, 0, (0,), RowIndex(0, ((v, 1),)))
+        return form
+
+    def _structured(self, v: Value) -> Affine | None:
         ty: Ty = v.type
         if not ty.is_tensor:
             return self._scalar(v)
@@ -158,8 +198,10 @@ class AffineAnalysis:
             if src is None:
                 return None
             in_shape = op.operands[0].type.shape
+            if src.index is not None and in_shape[src.index.axis] == 1:
+                return None  # a one-element index broadcast along its axis
             strides = tuple(0 if d_in == 1 else s for d_in, s in zip(in_shape, src.strides))
-            return Affine(src.root, src.offset, strides)
+            return Affine(src.root, src.offset, strides, src.index)
         if name == "tt.expand_dims":
             src = self(op.operands[0])
             if src is None:
@@ -167,43 +209,63 @@ class AffineAnalysis:
             axis = int(op.attrs["axis"])
             strides = list(src.strides)
             strides.insert(axis, 0)
-            return Affine(src.root, src.offset, tuple(strides))
+            index = src.index.moved(src.index.axis + (axis <= src.index.axis)) if src.index else None
+            return Affine(src.root, src.offset, tuple(strides), index)
         if name == "tt.trans":
             src = self(op.operands[0])
             order = op.attrs.get("order")
             if src is None or order is None:
                 return None
-            return Affine(src.root, src.offset, tuple(src.strides[i] for i in order))
+            index = src.index.moved(list(order).index(src.index.axis)) if src.index else None
+            return Affine(src.root, src.offset, tuple(src.strides[i] for i in order), index)
         if name in ("arith.extsi", "arith.extui", "arith.trunci"):
             return self(op.operands[0])
         if name == "tt.reshape":
             src = self(op.operands[0])
-            strides = _reshape_unit_dims(op.operands[0].type.shape, ty.shape, src.strides if src else None, 0)
-            return None if src is None or strides is None else Affine(src.root, src.offset, strides)
+            shape_in = op.operands[0].type.shape
+            strides = _reshape_unit_dims(shape_in, ty.shape, src.strides if src else None, 0)
+            if src is None or strides is None:
+                return None
+            index = None
+            if src.index is not None:
+                on_axis = tuple(d == src.index.axis for d in range(len(shape_in)))
+                marks = _reshape_unit_dims(shape_in, ty.shape, on_axis, False)
+                if marks is None or shape_in[src.index.axis] == 1:
+                    return None
+                index = src.index.moved(list(marks).index(True))
+            return Affine(src.root, src.offset, strides, index)
         if name == "tt.addptr":
             base = self(op.operands[0])
             off = self(op.operands[1])
             if base is None or off is None or base.root is None or off.root is not None:
                 return None
             size = ty.pointee_bytes
+            index = _join_index(base.index, off.index.scaled(size) if off.index else None)
+            if index is False:
+                return None
             return Affine(base.root, s_add(base.offset, s_mul(off.offset, size)),
-                          tuple(s_add(a, s_mul(b, size)) for a, b in zip(base.strides, off.strides)))
+                          tuple(s_add(a, s_mul(b, size)) for a, b in zip(base.strides, off.strides)), index)
         if name in ("arith.addi", "arith.subi"):
             a, b = self(op.operands[0]), self(op.operands[1])
             if a is None or b is None or a.root is not None or b.root is not None:
                 return None
             f = s_add if name == "arith.addi" else s_sub
-            return Affine(None, f(a.offset, b.offset), tuple(f(x, y) for x, y in zip(a.strides, b.strides)))
+            index = _join_index(a.index, b.index, 1 if name == "arith.addi" else -1)
+            if index is False:
+                return None
+            return Affine(None, f(a.offset, b.offset), tuple(f(x, y) for x, y in zip(a.strides, b.strides)), index)
         if name == "arith.muli":
             a, b = self(op.operands[0]), self(op.operands[1])
             if a is None or b is None or a.root is not None or b.root is not None:
                 return None
             if b.is_uniform:
                 k = b.offset
-                return Affine(None, s_mul(a.offset, k), tuple(s_mul(s, k) for s in a.strides))
+                return Affine(None, s_mul(a.offset, k), tuple(s_mul(s, k) for s in a.strides),
+                              a.index.scaled(k) if a.index else None)
             if a.is_uniform:
                 k = a.offset
-                return Affine(None, s_mul(b.offset, k), tuple(s_mul(s, k) for s in b.strides))
+                return Affine(None, s_mul(b.offset, k), tuple(s_mul(s, k) for s in b.strides),
+                              b.index.scaled(k) if b.index else None)
             return None
         return None
 
@@ -354,7 +416,7 @@ class MaskAnalysis:
             if pred not in ("slt", "sle"):
                 return None
             x, n = self.affine(lhs), self.affine(rhs)
-            if x is None or n is None or x.root is not None or n.root is not None:
+            if x is None or n is None or x.root is not None or n.root is not None or x.index or n.index:
                 return None
             if x.is_uniform and not n.is_uniform:
                 return self._lower_bound(x, n, pred, rank)

@@ -175,9 +175,10 @@ class KernelCodegen(ControlFlowCodegen, MemoryCodegen, RuntimeCodegen, LanguageC
         produced = {id(op.results[0]) for op in run}
         # a result needs its tile if anything outside the run reads it
         keep = {k for k in produced if users.get(k, 0) > inside.get(k, 0)}
+        shape = run[0].results[0].type.shape
         numel = run[0].results[0].type.numel
         if not self.timing_only:
-            def body(i):
+            def body(i, idx=None):
                 regs: dict[int, ir.Value] = {}
 
                 def get(v):
@@ -191,6 +192,9 @@ class KernelCodegen(ControlFlowCodegen, MemoryCodegen, RuntimeCodegen, LanguageC
                         val = self.scalar(op.operands[0])
                     elif op.name == "nmp.const":
                         val = _const(r.type.scalar, op.attrs["value"])
+                    elif op.name == "nmp.broadcast":  # the source element this element repeats
+                        src = op.operands[0]
+                        val = self.load_elem(src, self._flat(idx, _broadcast_strides(src.type.shape)))
                     else:
                         val = emit_elementwise(self.b, op.attrs["fn"], op.attrs, [get(o) for o in op.operands],
                                                [o.type for o in op.operands], r.type)
@@ -204,7 +208,10 @@ class KernelCodegen(ControlFlowCodegen, MemoryCodegen, RuntimeCodegen, LanguageC
                     finally:
                         self._elem_regs = None
 
-            self.loop(numel, body)
+            if any(op.name == "nmp.broadcast" for op in run):  # a loop nest: source indices without division
+                self.loop_nest(shape, lambda idx: body(self._flat(idx, _row_major(shape)), idx))
+            else:
+                self.loop(numel, body)
         for op in run:  # the same counters and trace records as unfused ops, in op order
             if op.name == "nmp.vec":
                 r = op.results[0]
@@ -297,7 +304,7 @@ class KernelCodegen(ControlFlowCodegen, MemoryCodegen, RuntimeCodegen, LanguageC
             return
         src, r = op.operands[0], op.result
         out_shape = r.type.shape
-        in_strides = tuple(0 if d == 1 else s for d, s in zip(src.type.shape, _row_major(src.type.shape)))
+        in_strides = _broadcast_strides(src.type.shape)
         out_strides = _row_major(out_shape)
 
         def body(idx):
@@ -443,6 +450,11 @@ class KernelCodegen(ControlFlowCodegen, MemoryCodegen, RuntimeCodegen, LanguageC
         self.count("vec_elems", _i64(_prod(shape)))
         self.trace(KIND_VEC, [_prod(shape), 1, dtype_code(inputs[0].type.elem), region_class(region),
                             len(inputs)])
+
+
+def _broadcast_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Row-major strides of a broadcast's source, 0 along its size-1 (repeated) dimensions."""
+    return tuple(0 if d == 1 else s for d, s in zip(shape, _row_major(shape)))
 
 
 def _triton_ty(elem: str | None) -> str:

@@ -2,7 +2,10 @@
 
 A DMA clamps its valid box, checks its whole byte range against the argument's extent once (O(1) per
 transfer), moves the box between the argument's memory and the tile's scratchpad buffer (rows through the
-shared row copier of `codegen_runtime`), counts bytes and records one trace record. Gathers and scatters
+shared row copier of `codegen_runtime`), counts bytes and records one trace record. A row gather (an
+`indexed` DMA: one dimension's offsets come from a tile) splits that dimension into runs whose offsets
+step evenly and moves each run as one such descriptor (one per row when the rows are scattered, one for
+`(start + arange) % M` until it wraps). Gathers and scatters
 check every element; their per-element body is separate (`_gather_parts`) so a fused elementwise run
 that computes their addresses can end in them.
 """
@@ -13,7 +16,7 @@ from llvmlite import ir
 
 from triton_nmp.abi import KIND_DMA_LOAD, KIND_DMA_STORE, KIND_GATHER, KIND_SCATTER, STATUS_OUT_OF_BOUNDS
 
-from .codegen_base import CodegenBase, _const, _i64, _prod_values, _row_major
+from .codegen_base import CodegenBase, _const, _i64, _prod_values, _row_major, open_loop
 from .codegen_scalar import I1, I8, I64, storage_type, to_storage
 from .ir import Op, Value
 from .ops import Operands
@@ -57,8 +60,9 @@ class MemoryCodegen(CodegenBase):
         bad = b.or_(b.icmp_signed("<", lo, _i64(0)), b.icmp_signed(">", hi, span))
         self.fail_if(bad, STATUS_OUT_OF_BOUNDS, self.site(op, root.name), index, lo, hi)
 
-    def _box_copy(self, tile: Value, base_addr, offset, strides, valid, to_tile: bool) -> None:
-        """Copy the valid box between global memory and a tile buffer (row-major in the tile).
+    def _box_copy(self, tile: Value, base_addr, offset, strides, valid, to_tile: bool, tile_first=None) -> None:
+        """Copy the valid box between global memory and a tile buffer (row-major in the tile), starting at
+        tile element `tile_first` (default 0: a sub-box of a row gather starts further in).
 
         The innermost two dimensions go to a shared out-of-line row copier; outer dimensions loop here."""
         b = self.b
@@ -84,8 +88,10 @@ class MemoryCodegen(CodegenBase):
             addr = b.add(base_addr, offset)
             for i, s_ in zip(idx, strides):
                 addr = b.add(addr, b.mul(i, s_))
-            toff = b.mul(self._flat(idx + [_i64(0)] * (rank - len(idx)), tstrides), _i64(esize))
-            tptr = b.gep(buf8, [toff])
+            toff = self._flat(idx + [_i64(0)] * (rank - len(idx)), tstrides)
+            if tile_first is not None:
+                toff = b.add(toff, tile_first)
+            tptr = b.gep(buf8, [b.mul(toff, _i64(esize))])
             if rank == 1:
                 rows, rstride, trow = _i64(1), _i64(0), _i64(0)
             else:
@@ -133,16 +139,12 @@ class MemoryCodegen(CodegenBase):
         shape = r.type.shape
         root, offset, strides, bounds, guard = self._dma_operands(op)
         other = Operands(op).other
-        esize = r.type.elem_bytes
         valid, ok, full = self._valid_box(shape, bounds, guard)
         is_scalar = not r.type.is_tensor
         tile = Value(r.name + "_spm", r.type) if is_scalar else r
         if self.timing_only:
             with b.if_then(ok):
-                self._check_range(op, root, offset, strides, valid, esize)
-                self.count("dma_loads", _i64(1))
-                self.count("dma_load_bytes", b.mul(_prod_values(b, valid), _i64(esize)))
-                self._trace_dma(KIND_DMA_LOAD, root, offset, strides, valid, esize, self._prefetch_flag(op))
+                self._transfer(op, tile, root, offset, strides, valid, True)
             if is_scalar:
                 self.vals[id(r)] = _const(r.type, 0)
             return
@@ -156,11 +158,7 @@ class MemoryCodegen(CodegenBase):
                 ov = to_storage(b, self.scalar(other), r.type)
                 self.loop(r.type.numel, lambda i: b.store(ov, b.gep(self.buffer(tile), [i])))
         with b.if_then(ok):
-            self._check_range(op, root, offset, strides, valid, esize)
-            self._box_copy(tile, self.arg_info[id(root)][1], offset, strides, valid, True)
-            self.count("dma_loads", _i64(1))
-            self.count("dma_load_bytes", b.mul(_prod_values(b, valid), _i64(esize)))
-            self._trace_dma(KIND_DMA_LOAD, root, offset, strides, valid, esize, self._prefetch_flag(op))
+            self._transfer(op, tile, root, offset, strides, valid, True)
         if is_scalar:
             self.vals[id(r)] = self.load_elem(tile, _i64(0))
 
@@ -169,7 +167,6 @@ class MemoryCodegen(CodegenBase):
         root, offset, strides, bounds, guard = self._dma_operands(op)
         value = Operands(op).value
         shape = value.type.shape
-        esize = value.type.elem_bytes
         valid, ok, _full = self._valid_box(shape, bounds, guard)
         if not value.type.is_tensor:
             tile = Value(value.name + "_spm", value.type)
@@ -178,11 +175,59 @@ class MemoryCodegen(CodegenBase):
         else:
             tile = value
         with b.if_then(ok):
-            self._check_range(op, root, offset, strides, valid, esize)
-            if not self.timing_only:
-                self._box_copy(tile, self.arg_info[id(root)][1], offset, strides, valid, False)
-            self.count("dma_stores", _i64(1))
-            self.count("dma_store_bytes", b.mul(_prod_values(b, valid), _i64(esize)))
+            self._transfer(op, tile, root, offset, strides, valid, False)
+
+    def _transfer(self, op: Op, tile: Value, root: Value, offset, strides, valid, to_tile: bool) -> None:
+        """Move the valid box (checked, counted, traced): one descriptor, or one per run of a row gather."""
+        index = Operands(op).index
+        if index is None:
+            self._descriptor(op, tile, root, offset, strides, valid, to_tile)
+            return
+        b = self.b
+        axis = op.attrs["index_axis"]
+        n = valid[axis]
+        buf = self.buffer(index)
+
+        def row(j):
+            return b.load(b.gep(buf, [j]))
+
+        tstride = _row_major(tile.type.shape)[axis]
+        # runs: [start, end) where row offsets step by one `delta` (the first step of the run)
+        runs = open_loop(b, self.fn, ("runs", "run", "runs_end"), [_i64(0)])
+        start = runs.values[0]
+        runs.test(b.icmp_signed("<", start, n))
+        first = row(start)
+        nxt = b.add(start, _i64(1))
+        has_next = b.icmp_signed("<", nxt, n)
+        delta = b.select(has_next, b.sub(row(b.select(has_next, nxt, start)), first), _i64(0))
+        scan = open_loop(b, self.fn, ("run_scan", "run_step", "run_found"), [nxt])
+        k = scan.values[0]
+        in_range = b.icmp_signed("<", k, n)
+        safe = b.select(in_range, k, start)
+        steps = b.icmp_signed("==", b.sub(row(safe), row(b.select(in_range, b.sub(k, _i64(1)), start))), delta)
+        scan.test(b.and_(in_range, steps))
+        scan.carry([b.add(k, _i64(1))])
+        end = scan.values[0]
+        sub_strides, sub_valid = list(strides), list(valid)
+        sub_strides[axis], sub_valid[axis] = delta, b.sub(end, start)
+        self._descriptor(op, tile, root, b.add(offset, first), sub_strides, sub_valid, to_tile,
+                         b.mul(start, _i64(tstride)))
+        runs.carry([end])
+
+    def _descriptor(self, op: Op, tile: Value, root: Value, offset, strides, valid, to_tile: bool,
+                    tile_first=None) -> None:
+        """One descriptor: the range check, the copy (not in the timing-only variant), counters, a record."""
+        b = self.b
+        esize = tile.type.elem_bytes
+        self._check_range(op, root, offset, strides, valid, esize)
+        if not self.timing_only:
+            self._box_copy(tile, self.arg_info[id(root)][1], offset, strides, valid, to_tile, tile_first)
+        name = "dma_loads" if to_tile else "dma_stores"
+        self.count(name, _i64(1))
+        self.count(name[:-1] + "_bytes", b.mul(_prod_values(b, valid), _i64(esize)))
+        if to_tile:
+            self._trace_dma(KIND_DMA_LOAD, root, offset, strides, valid, esize, self._prefetch_flag(op))
+        else:
             self._trace_dma(KIND_DMA_STORE, root, offset, strides, valid, esize)
 
     def _gather_parts(self, op: Op):

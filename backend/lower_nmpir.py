@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from triton_nmp.errors import NMPCompilationError
 
-from .access import Affine, AffineAnalysis, MaskAnalysis, MaskBox
+from .access import Affine, AffineAnalysis, MaskAnalysis, MaskBox, RowIndex
 from .codegen_scalar import ELEMENTWISE_OPS
 from .ir import Block, Builder, Func, Module, Op, Region, Ty, Value
 from .lower_language import LanguageLowering
@@ -47,6 +47,7 @@ class Lowering(LanguageLowering):
         self.deferred = _nested_only_constants(func)
         self.sunk: dict[tuple[int, int], tuple[Block, Value]] = {}
         self.hoisted: dict[tuple, Value] = {}
+        self.row_offset_tiles: dict[tuple, Value] = {}  # row gathers of loop-carried pointers (op_scf_for)
 
     # -- helpers -----------------------------------------------------------------------------------
     def error(self, msg: str, hint: str = "") -> NMPCompilationError:
@@ -113,10 +114,40 @@ class Lowering(LanguageLowering):
         name = {"add": "arith.addi", "sub": "arith.subi", "mul": "arith.muli", "min": "arith.minsi"}[kind]
         return self.emit(name, [a, b], [I64]).result
 
+    def row_offsets(self, index: RowIndex, stride, n: int) -> Value:
+        """The i64 tile [n] of a run-time index's offsets, sum(scale * vector), plus j * stride (the
+        form's affine stride along the same axis, when not 0). A loop-carried pointer's offsets are built
+        once before its loop (`op_scf_for`)."""
+        key = (index, stride)
+        if key in self.row_offset_tiles:
+            return self.row_offset_tiles[key]
+        tile = Ty("i64", (n,))
+        acc = None
+        for vec, scale in index.terms:
+            v = self.get(vec)
+            if v.type.elem != "i64":
+                v = self.emit("nmp.vec", [v], [tile], {"fn": "arith.extsi"}).result
+            if scale != 1:
+                v = self.emit("nmp.vec", [v, self.sexpr(scale)], [tile], {"fn": "arith.muli"}).result
+            acc = v if acc is None else self.emit("nmp.vec", [acc, v], [tile], {"fn": "arith.addi"}).result
+        if stride != 0:
+            j = self.emit("nmp.iota", [], [tile], {"start": 0, "axis": 0}).result
+            js = self.emit("nmp.vec", [j, self.sexpr(stride)], [tile], {"fn": "arith.muli"}).result
+            acc = self.emit("nmp.vec", [acc, js], [tile], {"fn": "arith.addi"}).result
+        return acc
+
     def materialize(self, form: Affine, ty: Ty) -> Value:
         shape = ty.shape
         i64_tile = Ty("i64", shape)
         acc = self.emit("nmp.splat", [self.sexpr(form.offset)], [i64_tile]).result
+        if form.index is not None:
+            axis = form.index.axis
+            rows = self.row_offsets(form.index, 0, shape[axis])
+            if len(shape) > 1:
+                one = tuple(n if d == axis else 1 for d, n in enumerate(shape))
+                rows = self.emit("nmp.view", [rows], [Ty("i64", one)], {"axis": 1 - axis if len(shape) == 2 else 0})
+                rows = self.emit("nmp.broadcast", [rows.result], [i64_tile]).result
+            acc = self.emit("nmp.vec", [acc, rows], [i64_tile], {"fn": "arith.addi"}).result
         for d, s in enumerate(form.strides):
             if s == 0:
                 continue
@@ -260,20 +291,29 @@ class Lowering(LanguageLowering):
             raise self.error("block pointers (tl.make_block_ptr) are not supported on nmp yet",
                              "use a tensor of pointers")
         form = self.aff(ptr)
-        if form is None or form.root is None:
+        if form is None or form.root is None or (form.index is not None and not _row_gather(form.index, shape)):
             return None
         box = self.masks(mask) if mask is not None else MaskBox((None,) * len(shape))
         if box is None:
             return None
         offset = self.sexpr(form.offset)
-        strides = [self.sexpr(s) for s in form.strides]
+        index = None
+        form_strides = list(form.strides)
+        if form.index is not None:  # a row gather: the indexed dimension's offsets come from a tile
+            axis = form.index.axis
+            index = self.row_offsets(form.index, form_strides[axis], shape[axis])
+            form_strides[axis] = 0
+        strides = [self.sexpr(s) for s in form_strides]
         bounds = [self.sexpr(b) if b is not None else self.const(n) for b, n in zip(box.bounds, shape)]
         guard = self._guard(box)
         attrs = {"rank": len(shape), "arg": form.root.name}
         if guard is not None:
             attrs["guarded"] = True
+        if index is not None:
+            attrs["indexed"] = True
+            attrs["index_axis"] = form.index.axis
         operands = make_operands("nmp.dma_load", attrs, base=self.get(form.root), offset=offset, strides=strides,
-                                 bounds=bounds, guard=guard)
+                                 bounds=bounds, guard=guard, index=index)
         return operands, attrs
 
     def _root_checked(self, ptr: Value, what: str) -> Value:
@@ -418,9 +458,9 @@ class Lowering(LanguageLowering):
                 if a0 is not None:
                     key_in = ("for_in", id(op), i)
                     before = set(self.aff.memo)
-                    self.aff.assume(barg, Affine(a0.root, ("sym", key_in), a0.strides))
+                    self.aff.assume(barg, Affine(a0.root, ("sym", key_in), a0.strides, a0.index))
                     ay = self.aff(yield_op.operands[i])
-                    if ay is not None and ay.root is a0.root and ay.strides == a0.strides:
+                    if ay is not None and ay.root is a0.root and ay.strides == a0.strides and ay.index == a0.index:
                         mode = ("affine", a0)
                     else:
                         for k in set(self.aff.memo) - before:
@@ -429,8 +469,16 @@ class Lowering(LanguageLowering):
                         self.masks.memo.clear()
             modes.append(mode)
         new_inits = []
+        carried_rows: list[tuple] = []
         for (mode, a0), init in zip(modes, inits):
             new_inits.append(self.sexpr(a0.offset) if mode == "affine" else self.get(init))
+            if mode == "affine" and a0.index is not None and _row_gather(a0.index, init.type.shape):
+                # a row-gathered pointer carried by the loop: its row offsets are invariant, built here once
+                stride = a0.strides[a0.index.axis]
+                key = (a0.index, stride)
+                if key not in self.row_offset_tiles:
+                    self.row_offset_tiles[key] = self.row_offsets(a0.index, stride, init.type.shape[a0.index.axis])
+                    carried_rows.append(key)
         nb = Block()
         self.vmap[id(iv)] = nb.add_arg(iv.name, lb.type)
         for i, ((mode, _a0), barg) in enumerate(zip(modes, bargs)):
@@ -449,6 +497,8 @@ class Lowering(LanguageLowering):
             yields.append(self.sexpr(self.aff(yv).offset) if mode == "affine" else self.get(yv))
         self.emit("scf.yield", yields, [])
         self.builder.block = saved
+        for key in carried_rows:
+            del self.row_offset_tiles[key]
         self.builder.loc = op.loc if op.loc.known else self.builder.loc
         new = self.emit("scf.for", [lb, ub, step, *new_inits], [v.type for v in new_inits], {}, [Region([nb])],
                         names=[r.name for r in op.results])
@@ -456,10 +506,20 @@ class Lowering(LanguageLowering):
             if mode == "affine":
                 key_out = ("for_out", id(op), i)
                 self.syms[key_out] = new.results[i]
-                self.aff.assume(r, Affine(a0.root, ("sym", key_out), a0.strides))
+                self.aff.assume(r, Affine(a0.root, ("sym", key_out), a0.strides, a0.index))
                 self.block_arg_init[id(r)] = inits[i]
             else:
                 self.vmap[id(r)] = new.results[i]
+
+
+def _row_gather(index: RowIndex, shape: tuple[int, ...]) -> bool:
+    """Whether an access with a run-time index becomes a row gather (one DMA per run of rows): the tile
+    has rows of more than one element. A 1-D index (each element its own row) stays an element gather."""
+    rest = 1
+    for d, n in enumerate(shape):
+        if d != index.axis:
+            rest *= n
+    return len(shape) >= 2 and rest > 1
 
 
 def _nested_only_constants(func: Func) -> set[int]:

@@ -288,7 +288,8 @@ def fused_run_length(ops: list[Op], start: int) -> int:
     """Length of the run of elementwise tile ops of one shape starting at `ops[start]` (1 if none).
 
     The codegen computes such a run in one loop, element by element, so the scratchpad planner must
-    treat the whole run as one step: every tile it touches is live for all of it."""
+    treat the whole run as one step: every tile it touches is live for all of it. A broadcast in a run
+    reads its (smaller) source in place: the broadcast tile itself is never stored."""
     first = ops[start]
     if not _fusable(first) or not first.results or not first.results[0].type.is_tensor:
         return 1
@@ -303,6 +304,30 @@ def fused_run_length(ops: list[Op], start: int) -> int:
     if 0 < n and start + n < len(ops) and _ends_run(ops[start + n], ops[start:start + n], shape):
         n += 1
     return max(n, 1)
+
+
+def hoist_views(mod: Module) -> None:
+    """Move every `nmp.view` to right after the definition of its source (to the top of the block when
+    the source comes from outside it). A view is an alias with no code; between two elementwise ops it
+    would split their fused run (`fused_run_length`), e.g. `x - mean[:, None]` would store the broadcast."""
+    for f in mod.funcs:
+        for op in f.walk():
+            for r in op.regions:
+                for b in r.blocks:
+                    _hoist_views(b)
+        _hoist_views(f.body)
+
+
+def _hoist_views(block: Block) -> None:
+    views = [op for op in block.ops if op.name == "nmp.view"]
+    if not views:
+        return
+    out = [op for op in block.ops if op.name != "nmp.view"]
+    for v in views:  # in order: a view of a view lands after the first
+        src = v.operands[0]
+        at = next((k + 1 for k, op in enumerate(out) if any(src is r for r in op.results)), 0)
+        out.insert(at, v)
+    block.ops[:] = out
 
 
 def _ends_run(op: Op, run: list[Op], shape: tuple[int, ...]) -> bool:

@@ -107,9 +107,11 @@ class OpDef:
 
 _DEFS = (
     # memory: DMA descriptors between an argument's banks and the scratchpad, and the element fallback
-    OpDef("nmp.dma_load", "base offset strides[rank] bounds[rank] guard?guarded other?has_other", elementwise=True,
-          doc="structured DMA into a tile: base + offset + sum(index_d * strides[d]) bytes, valid box bounds"),
-    OpDef("nmp.dma_store", "base offset strides[rank] bounds[rank] guard?guarded value", effects=True,
+    OpDef("nmp.dma_load", "base offset strides[rank] bounds[rank] guard?guarded index?indexed other?has_other",
+          elementwise=True,
+          doc="structured DMA into a tile: base + offset + sum(index_d * strides[d]) bytes, valid box bounds; "
+              "`indexed`: a row gather, dimension `index_axis` at the byte offsets of the 1-D tile `index`"),
+    OpDef("nmp.dma_store", "base offset strides[rank] bounds[rank] guard?guarded index?indexed value", effects=True,
           elementwise=True, doc="structured DMA of a tile (or scalar) to memory"),
     OpDef("nmp.gather", "base ptrs mask?has_mask other?has_other", ends_run=True, elementwise=True,
           doc="element-by-element checked load through a tile of addresses"),
@@ -123,7 +125,8 @@ _DEFS = (
     OpDef("nmp.const", "", fusable=True, elementwise=True, doc="a tile filled with a constant"),
     OpDef("nmp.iota", "", elementwise=True, doc="start + index along `axis`"),
     OpDef("nmp.view", "source", view=True, doc="the source tile's buffer with another shape"),
-    OpDef("nmp.broadcast", "source"),
+    OpDef("nmp.broadcast", "source", fusable=True,
+          doc="the source tile repeated along its size-1 dimensions; in a fused run it reads the source in place"),
     OpDef("nmp.transpose", "source"),
     OpDef("nmp.matmul", "a b acc", doc="2-D dot on the matrix unit: acc + a @ b"),
     OpDef("nmp.bmatmul", "a b acc", doc="batched (3-D) or f64 dot"),
@@ -233,9 +236,10 @@ def make_operands(name: str, attrs: dict, **parts: Value | list[Value] | None) -
 
 
 def dma_address_operands(op: Op) -> list[Value]:
-    """The operands a DMA's addresses and valid box are computed from (offset, strides, bounds, guard)."""
+    """The operands a DMA's addresses and valid box are computed from (offset, strides, bounds, guard, and
+    the row offsets of a row gather)."""
     d = operands(op)
-    return [d.offset, *d.strides, *d.bounds] + ([d.guard] if d.guard is not None else [])
+    return [d.offset, *d.strides, *d.bounds] + [x for x in (d.guard, d.index) if x is not None]
 
 
 def dma_tile_type(op: Op):

@@ -128,6 +128,7 @@ class _Predictor:
         self.pids = (lin % gx, (lin // gx) % gy, lin // (gx * gy))
         self.grid = grid
         self.env: dict[int, object] = {}
+        self.tiles: dict[int, np.ndarray] = {}  # 1-D integer tiles computed from scalars (`index_tile`)
         self.unknown: set[int] = set()
         self.records: list[tuple[int, np.ndarray, np.ndarray]] = []  # (seq, lanes, rows (k, 8))
         self.seq = 0
@@ -220,6 +221,8 @@ class _Predictor:
             for r in op.results:
                 self.unknown.add(id(r))
             return mask
+        if n in ("nmp.iota", "nmp.splat", "nmp.vec"):
+            self.index_tile(op)
         if n == "nmp.vec":
             r = op.result
             self.emit(mask, abi.KIND_VEC, [r.type.numel, 0, abi.dtype_code(r.type.elem), classify(op),
@@ -258,11 +261,49 @@ class _Predictor:
             self.set(r, _scalar_op(op, args), mask)
         return mask
 
+    def index_tile(self, op: Op) -> None:
+        """Values of a 1-D integer tile computed from scalars (a row gather's offsets, e.g. `% M` rows) as
+        an array (programs, elements), kept in `tiles`; tiles from loaded data are not computed."""
+        r = op.result
+        if len(r.type.shape) != 1 or not r.type.is_int:
+            return
+        n = r.type.shape[0]
+        if op.name == "nmp.iota":
+            self.tiles[id(r)] = (op.attrs["start"] + np.arange(n, dtype=np.int64))[None, :]
+            return
+        args = []
+        for o in op.operands:
+            if o.type.is_tensor:
+                if id(o) not in self.tiles:
+                    return
+                args.append(self.tiles[id(o)])
+            elif id(o) in self.unknown:
+                return
+            else:
+                args.append(np.asarray(self.val(o), dtype=np.int64).reshape(-1, 1))
+        if op.name == "nmp.splat":
+            self.tiles[id(r)] = args[0]
+            return
+        try:
+            self.tiles[id(r)] = np.asarray(_scalar_op(Op(op.attrs["fn"], op.operands, op.results, op.attrs), args),
+                                           dtype=np.int64)
+        except Unknown:
+            return
+
     def dma(self, op: Op, mask: np.ndarray) -> None:
         d = Operands(op)
         root = d.base
         offset = np.asarray(self.val(d.offset), dtype=np.int64)
         strides = [np.asarray(self.val(x), dtype=np.int64) for x in d.strides]
+        if d.index is not None:
+            # a row gather: predicted as one descriptor stepping by its first row step (exact until the
+            # offsets wrap, as `% M` rows do once); offsets from loaded data cannot be predicted
+            rows = self.tiles.get(id(d.index))
+            if rows is None:
+                raise Unknown(f"the rows of the gather at {op.loc} come from loaded data")
+            rows = np.broadcast_to(rows, (self.prog.size, rows.shape[1]))
+            offset = offset + rows[:, 0]
+            strides[op.attrs["index_axis"]] = rows[:, 1] - rows[:, 0] if rows.shape[1] > 1 else np.zeros_like(offset)
         bounds = [np.asarray(self.val(x), dtype=np.int64) for x in d.bounds]
         rank = len(strides)
         ok = mask.copy()
