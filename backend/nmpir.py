@@ -306,16 +306,55 @@ def fused_run_length(ops: list[Op], start: int) -> int:
     return max(n, 1)
 
 
-def hoist_views(mod: Module) -> None:
-    """Move every `nmp.view` to right after the definition of its source (to the top of the block when
-    the source comes from outside it). A view is an alias with no code; between two elementwise ops it
-    would split their fused run (`fused_run_length`), e.g. `x - mean[:, None]` would store the broadcast."""
+# Tile ops that cost nothing inside a fused run: they read a scalar, a constant or a smaller tile.
+CHEAP_TILE_OPS = ("nmp.broadcast", "nmp.splat", "nmp.const")
+
+
+def place_cheap_tiles(mod: Module) -> None:
+    """Put broadcasts, splats and constants where fused runs can absorb them.
+
+    A view (an alias, no code) moves to right after its source's definition, so it does not split the
+    runs around it. A broadcast, splat or constant is cloned right before each op of its block that uses
+    it: inside that op's fused run it is computed per element and never stored (`x - mean[:, None]`,
+    `tl.where(m, x, 0.0)`, the `tl.zeros` of two accumulators), and where the user is not elementwise
+    (a loop's initial value, a dot's accumulator) the tile lives only from there. Uses in nested regions
+    keep the original."""
     for f in mod.funcs:
-        for op in f.walk():
+        for op in list(f.walk()):
             for r in op.regions:
                 for b in r.blocks:
-                    _hoist_views(b)
-        _hoist_views(f.body)
+                    _place_block(b)
+        _place_block(f.body)
+
+
+def _place_block(block: Block) -> None:
+    _hoist_views(block)
+    cheap = {id(op.results[0]): op for op in block.ops
+             if op.name in CHEAP_TILE_OPS and op.results and op.results[0].type.is_tensor}
+    if not cheap:
+        return
+    nested: set[int] = set()
+    for op in block.ops:
+        for inner in op.walk():
+            if inner is not op:
+                nested.update(id(o) for o in inner.operands if id(o) in cheap)
+    out: list[Op] = []
+    for op in block.ops:
+        if id(op) in {id(c) for c in cheap.values()} and id(op.results[0]) not in nested:
+            continue  # cloned next to each user below
+        clones: dict[int, Value] = {}
+        for k, o in enumerate(op.operands):
+            src = cheap.get(id(o))
+            if src is None or src is op:
+                continue
+            if id(o) not in clones or not _fusable(op):  # a loop's two zero inits: two buffers, each taken over
+                c = Op(src.name, list(src.operands), [], dict(src.attrs), [], src.loc)
+                c.results.append(Value(src.results[0].name, src.results[0].type, c))
+                out.append(c)
+                clones[id(o)] = c.results[0]
+            op.operands[k] = clones[id(o)]
+        out.append(op)
+    block.ops[:] = out
 
 
 def _hoist_views(block: Block) -> None:

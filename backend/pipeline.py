@@ -10,7 +10,8 @@ produces (the plan, the depth that fits) comes back in it.
     split-pointer-selects      TTIR: an access through tl.where(flag, a_ptr, b_ptr) -> scf.if of two accesses
     ttir-to-nmpir              pointer + mask analysis: structured DMA, else gather/scatter; tile ops
     dead-code-elimination      drop the pointer/offset tiles that became DMA descriptor operands
-    hoist-views                views next to their source, so they do not split fused runs (broadcasts fuse)
+    place-cheap-tiles          views next to their source, broadcasts/splats/constants cloned next to each
+                               user: fused runs compute them per element, no tile is stored
     sink-address-computations  move a gather/scatter's address ops next to it (one fused run)
     legalize-scratchpad        multi-buffer loop loads, plan the scratchpad, strip-mine or buffer less
                                deeply when it does not fit, else refuse (NMPScratchpadOverflowError)
@@ -26,7 +27,7 @@ from typing import Any
 
 from .ir import Module
 from .lower_nmpir import lower_to_nmpir
-from .nmpir import eliminate_dead_code, hoist_views, sink_address_computations, verify
+from .nmpir import eliminate_dead_code, place_cheap_tiles, sink_address_computations, verify
 from .pointer_select import split_pointer_selects
 from .scratchpad import ScratchpadPlan, buffer_align, legalize_with_stages, mark_multibuffered_loads, plan_scratchpad
 from .stripmine import strip_mine
@@ -70,8 +71,8 @@ def _dead_code_elimination(mod: Module, ctx: PassContext) -> Module:
     return mod
 
 
-def _hoist_views(mod: Module, ctx: PassContext) -> Module:
-    hoist_views(mod)
+def _place_cheap_tiles(mod: Module, ctx: PassContext) -> Module:
+    place_cheap_tiles(mod)
     return mod
 
 
@@ -104,7 +105,7 @@ PASSES: tuple[Pass, ...] = (
     Pass("split-pointer-selects", _split_pointer_selects, on_ttir=True),
     Pass("ttir-to-nmpir", _ttir_to_nmpir),
     Pass("dead-code-elimination", _dead_code_elimination),
-    Pass("hoist-views", _hoist_views),
+    Pass("place-cheap-tiles", _place_cheap_tiles),
     Pass("sink-address-computations", _sink_address_computations),
     Pass("legalize-scratchpad", _legalize_scratchpad),
 )

@@ -421,25 +421,30 @@ def legalize_with_stages(module, spec, num_stages: int) -> tuple[ScratchpadPlan,
 def legalize_scratchpad(module, spec) -> ScratchpadPlan:
     """Plan the scratchpad; if the kernel does not fit, strip-mine it where that is exact, else refuse.
 
-    Strip-mining halves the chunk until the plan fits the budget (see `stripmine`)."""
+    Strip-mining halves the chunk until the plan fits the budget: first along the single dimension of
+    a kernel of 1-D tiles (see `stripmine`), then along the rows of a row-parallel kernel (see
+    `stripmine_rows`), down to one row."""
     from .nmpir import verify
     from .stripmine import strip_mine
+    from .stripmine_rows import row_chunks, row_strip_mine
 
     func = module.kernel
     align = buffer_align(spec)
     plan = plan_scratchpad(func, align)
-    if plan.peak_bytes > spec.spm_bytes_per_program:
+    budget = spec.spm_bytes_per_program
+    if plan.peak_bytes > budget:
         n = next((v.type.shape[0] for op in func.walk() for v in op.results if v.type.is_tensor), 0)
-        chunk = n // 2
-        while chunk >= 64:
-            trial = copy.deepcopy(module)
-            if not strip_mine(trial.kernel, chunk):
-                break
-            trial_plan = plan_scratchpad(trial.kernel, align)
-            if trial_plan.peak_bytes <= spec.spm_bytes_per_program:
-                verify(trial, "strip-mining")
-                module.funcs[:] = trial.funcs
-                return trial_plan
-            chunk //= 2
-    check_budget(plan, spec.spm_bytes_per_program, func.name, spec.name)
+        for rewrite, smallest, n in ((strip_mine, 64, n), (row_strip_mine, 1, row_chunks(func))):
+            chunk = n // 2
+            while chunk >= smallest:
+                trial = copy.deepcopy(module)
+                if not rewrite(trial.kernel, chunk):
+                    break
+                trial_plan = plan_scratchpad(trial.kernel, align)
+                if trial_plan.peak_bytes <= budget:
+                    verify(trial, "strip-mining")
+                    module.funcs[:] = trial.funcs
+                    return trial_plan
+                chunk //= 2
+    check_budget(plan, budget, func.name, spec.name)
     return plan

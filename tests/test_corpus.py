@@ -23,16 +23,8 @@ def _always(hidden: int, cfg: dict) -> bool:
 
 
 NOT_YET: dict[str, Callable[[int, dict], bool]] = {
-    "embedding_fwd_i64": _always,
-    "embedding_fwd_ptr_first": _always,
-    "embedding_bwd": _always,
-    "layer_norm_bwd_row": lambda h, c: h == 8192,
-    "rms_norm_bwd_row": lambda h, c: h == 8192,
-    "layer_norm_fwd_block": _always,
-    "rms_norm_fwd_block": _always,
-    "layer_norm_bwd_block": _always,
-    "rms_norm_bwd_block": _always,
-    "matmul_tutorial": lambda h, c: c["BLOCK_SIZE_N"] == 256 and c["BLOCK_SIZE_K"] == 64,
+    "layer_norm_bwd_block": lambda h, c: h == 8192,
+    "rms_norm_bwd_block": lambda h, c: h == 8192,
 }
 
 

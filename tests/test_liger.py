@@ -155,7 +155,7 @@ LIBRARY_OWN: dict[str, str] = {
 
 
 # Cases nmp still refuses with a scratchpad overflow (asserted: they must fail exactly so).
-NOT_YET = {"cross_entropy_label_smoothing", "embedding"}
+NOT_YET = {"cross_entropy_label_smoothing"}
 
 
 def _marks(case: LigerCase) -> list:
@@ -189,15 +189,12 @@ def test_liger_op_forward_and_backward(case: LigerCase):
 
 
 def test_liger_kernels_ran_on_nmp():
-    """The ops above went through nmp (not a CPU fallback of the library): Triton's active driver is nmp
-    and a Liger kernel leaves a compiled nmp binary in its JIT cache."""
-    import triton
-
-    assert triton.runtime.driver.active.get_current_target().backend == "nmp"
+    """The ops above went through nmp (not a CPU fallback of the library): a Liger kernel leaves a binary
+    compiled by the nmp backend (its metadata names the simulator's entry point) in its JIT cache."""
     from liger_kernel.ops.rms_norm import _rms_norm_forward_kernel
 
     x, w = torch.randn(2, 64), torch.randn(64)
     LF.liger_rms_norm(x, w, 1e-6, in_place=False)
     kernels = [k for cache in _rms_norm_forward_kernel.device_caches.values() for k in cache[0].values()]
-    assert kernels and all(k.metadata.target.backend == "nmp" for k in kernels)
+    assert kernels and all(str(k.metadata.nmp_entry).startswith("nmp_grid_") for k in kernels)
     assert math.isfinite(float(x.sum()))
