@@ -31,6 +31,7 @@ from .nmpir import eliminate_dead_code, place_cheap_tiles, sink_address_computat
 from .pointer_select import split_pointer_selects
 from .scratchpad import ScratchpadPlan, buffer_align, legalize_with_stages, mark_multibuffered_loads, plan_scratchpad
 from .stripmine import strip_mine
+from .stripmine_rows import row_strip_mine
 from .ttir_import import import_ttir
 
 
@@ -42,7 +43,7 @@ class PassContext:
     num_stages: int = 2  # requested multi-buffering depth of loop loads
     plan: ScratchpadPlan | None = None  # set by legalize-scratchpad / plan-scratchpad
     stages: int = 0  # the multi-buffering depth that fits (<= num_stages), set by legalize-scratchpad
-    chunk: int = 0  # strip-mine only: the chunk length
+    chunk: int = 0  # strip-mine / strip-mine-rows only: the chunk length (elements / rows)
 
     @classmethod
     def from_options(cls, options: Any) -> PassContext:
@@ -101,6 +102,11 @@ def _strip_mine(mod: Module, ctx: PassContext) -> Module:
     return mod
 
 
+def _strip_mine_rows(mod: Module, ctx: PassContext) -> Module:
+    row_strip_mine(mod.kernel, ctx.chunk)
+    return mod
+
+
 PASSES: tuple[Pass, ...] = (
     Pass("split-pointer-selects", _split_pointer_selects, on_ttir=True),
     Pass("ttir-to-nmpir", _ttir_to_nmpir),
@@ -114,6 +120,7 @@ EXTRA_PASSES: tuple[Pass, ...] = (
     Pass("multi-buffer-loads", _multi_buffer_loads),
     Pass("plan-scratchpad", _plan_scratchpad),
     Pass("strip-mine", _strip_mine),
+    Pass("strip-mine-rows", _strip_mine_rows),
 )
 
 PASSES_BY_NAME: dict[str, Pass] = {p.name: p for p in PASSES + EXTRA_PASSES}

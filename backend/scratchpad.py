@@ -433,8 +433,8 @@ def legalize_scratchpad(module, spec) -> ScratchpadPlan:
     plan = plan_scratchpad(func, align)
     budget = spec.spm_bytes_per_program
     if plan.peak_bytes > budget:
-        n = next((v.type.shape[0] for op in func.walk() for v in op.results if v.type.is_tensor), 0)
-        for rewrite, smallest, n in ((strip_mine, 64, n), (row_strip_mine, 1, row_chunks(func))):
+        length = next((v.type.shape[0] for op in func.walk() for v in op.results if v.type.is_tensor), 0)
+        for rewrite, smallest, n in ((strip_mine, 64, length), (row_strip_mine, 1, row_chunks(func))):
             chunk = n // 2
             while chunk >= smallest:
                 trial = copy.deepcopy(module)
