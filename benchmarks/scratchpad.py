@@ -50,7 +50,10 @@ def main() -> int:
     args = ap.parse_args()
     if args.corpus or args.record_baseline:
         triton_nmp.activate()
-        return corpus_table(args.cases, args.record_baseline)
+        status = corpus_table(args.cases, args.record_baseline)
+        if not args.cases:
+            row_gather_table()
+        return status
     n = args.size
     triton_nmp.activate()
     spec = triton_nmp.active_target()
@@ -162,6 +165,47 @@ def corpus_table(names: list[str] | None, record: bool) -> int:
         if not r["legal"]:
             print(f"REFUSED {r['case']} hidden={r['hidden']} {r['config']}: {r['reason']}")
     return 0
+
+
+def row_gather_table() -> None:
+    """Row gathers: the matmul tutorial's `% M` rows against the masked matmul (the baseline, same run),
+    and embedding lookups with int32 and int64 ids (DMA descriptors, no element gathers)."""
+    from tests.corpus import CASES, matmul_masked, matmul_tutorial
+
+    n = 256
+    torch.manual_seed(0)
+    a, b = torch.randn(n, n).half(), torch.randn(n, n).half()
+    print(f"\nrow gathers: matmul {n}^3 fp16, `% M` rows (tutorial) vs masked rows (baseline), simulated us")
+    header = ["config", "masked us", "% M us", "% M / masked", "% M gather elems"]
+    out = []
+    for cfg in ({"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 32, "num_stages": 2},
+                {"BLOCK_SIZE_M": 128, "BLOCK_SIZE_N": 256, "BLOCK_SIZE_K": 64, "num_stages": 3},
+                {"BLOCK_SIZE_M": 128, "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 32, "num_stages": 4}):
+        cfg = dict(cfg, GROUP_SIZE_M=8)
+        us, gathers = {}, {}
+        for k in (matmul_masked, matmul_tutorial):
+            c = torch.empty(n, n, dtype=torch.float16)
+            grid = (triton.cdiv(n, cfg["BLOCK_SIZE_M"]) * triton.cdiv(n, cfg["BLOCK_SIZE_N"]),)
+            with triton_nmp.profile() as prof:
+                k[grid](a, b, c, n, n, n, n, 1, n, 1, n, 1, **cfg)
+            torch.testing.assert_close(c.float(), a.float() @ b.float(), rtol=2e-2, atol=2e-1)
+            us[k] = prof.launches[-1].sim_seconds * 1e6
+            gathers[k] = prof.launches[-1].counters.get("gather_elems", 0)
+        out.append([_cfg_text(cfg), f"{us[matmul_masked]:.1f}", f"{us[matmul_tutorial]:.1f}",
+                    f"{us[matmul_tutorial] / us[matmul_masked]:.3f}", str(gathers[matmul_tutorial])])
+    print(table(header, out, {1, 2, 3, 4}))
+    print("\nembedding lookup (Liger form), hidden 4096, 256 ids: DMA descriptors, element gathers, simulated us")
+    header = ["ids", "dma loads", "gather elems", "sim us"]
+    out = []
+    for name in ("embedding_fwd_i32", "embedding_fwd_i64"):
+        case = next(c for c in CASES if c.name == name)
+        cfg = case.configs(4096)[0]
+        with triton_nmp.profile() as prof:
+            case.run(4096, 256, cfg)
+        rec = prof.launches[-1]
+        out.append([name[-3:], str(rec.counters.get("dma_loads", 0)), str(rec.counters.get("gather_elems", 0)),
+                    f"{rec.sim_seconds * 1e6:.1f}"])
+    print(table(header, out, {1, 2, 3}))
 
 
 if __name__ == "__main__":
