@@ -50,7 +50,7 @@ def test_verifier_rejects_a_dma_with_operands_missing():
         op, _, _ = _dma_load(b, x)
         op.operands.pop()
 
-    layout = r"\(base offset strides\[rank\] bounds\[rank\] guard\?guarded other\?has_other\)"
+    layout = r"\(base offset strides\[rank\] bounds\[rank\] guard\?guarded index\?indexed other\?has_other\)"
     with pytest.raises(NMPCompilationError, match=rf"nmp.dma_load: expected 6 operands {layout} for rank 2, found 5"):
         verify(_kernel_with(build), "test")
 
