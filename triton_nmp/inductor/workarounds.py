@@ -29,7 +29,7 @@ def cpu_benchmark_routed_upstream() -> bool:
 
     from torch._inductor.autotune_process import CPUDeviceBenchmarkMixin
 
-    return "benchmark_cpu" not in inspect.getsource(CPUDeviceBenchmarkMixin.do_bench)
+    return "benchmarker.benchmark_cpu(" not in inspect.getsource(CPUDeviceBenchmarkMixin.do_bench)
 
 
 def _install_raw_stream() -> None:
