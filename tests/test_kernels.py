@@ -174,6 +174,10 @@ def test_demo_table(monkeypatch: pytest.MonkeyPatch) -> None:
     assert demo.run_demo("small", out=buf)
     text = buf.getvalue()
     assert "vector_add" in text and "grid-2d" in text and "yes" in text and "compile+run ms" in text
+    assert "sim time us" in text and "% roofline" in text
+    # ends with a model compiled with torch.compile(backend="nmp") and its per-Inductor-kernel profile
+    assert 'backend="nmp"' in text and "triton_tem_" in text and "triton_per_" in text
+    assert "logits match eager: yes" in text and "host fallbacks: none" in text
 
 
 def test_demo_reports_failures(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -188,6 +192,6 @@ def test_demo_reports_failures(monkeypatch: pytest.MonkeyPatch) -> None:
     broken = Case("broken", base.shape, base.make_inputs, boom, base.reference, 0, 0, base.sizes)
     monkeypatch.setattr(demo, "CASES", [base, wrong, broken])
     buf = io.StringIO()
-    assert not demo.run_demo("small", out=buf)
+    assert not demo.run_demo("small", out=buf, model=False)
     text = buf.getvalue()
     assert "NO (max err" in text and "kernel exploded" in text and "failed: wrong, broken" in text

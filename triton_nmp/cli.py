@@ -230,6 +230,23 @@ def _cmd_cache(args: argparse.Namespace) -> int:
     return cmd_cache(args)
 
 
+# ------------------------------------------------------------------------------------- llm
+
+
+def _args_llm(parser: argparse.ArgumentParser) -> None:
+    from triton_nmp.llm.bench import add_arguments
+
+    add_arguments(parser)
+
+
+def _cmd_llm(args: argparse.Namespace) -> int:
+    """GPT-2 small and a Llama-shaped decoder through torch.compile(backend="nmp"): simulated prefill and decode
+    time against the roofline floor, kernels, host fallbacks, tuning, compile and warm-start times."""
+    from triton_nmp.llm.bench import run
+
+    return run(args)
+
+
 # ------------------------------------------------------------------------------ registration
 
 # name -> (command, argument declarer, one-line help). Add new subcommands here.
@@ -239,6 +256,7 @@ _SUBCOMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], Callable[[arg
     "compile": (_cmd_compile, _args_compile, "compile one kernel and print or save its IR stages"),
     "calibrate": (_cmd_calibrate, _args_calibrate, "fit the tuning cost model to the simulator for a target"),
     "cache": (_cmd_cache, _args_cache, "list, show, clear or export the persistent tuning cache"),
+    "llm": (_cmd_llm, _args_llm, "LLM prefill/decode on nmp via torch.compile(backend='nmp'), against the floor"),
     "calibrate-target": (_cmd_calibrate_target, _args_calibrate_target,
                          "fit a target's free fields to measured kernel times, report the error on held-out rows"),
 }

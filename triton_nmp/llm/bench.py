@@ -1,0 +1,291 @@
+"""LLMs on nmp: GPT-2 small and a Llama-shaped decoder compiled with `torch.compile(backend="nmp")`.
+
+Per model and compile mode ("default": one config per kernel from nmp's heuristics and cost model;
+"max-autotune": matmul tiles chosen on simulated time), in fresh processes:
+
+* prefill (batch 1, --prompt tokens): simulated ms; decode (one token at position --prompt, attending over the
+  static KV cache of --cache positions): simulated us per token;
+* the floor: max(FLOPs / peak FLOP/s of the dtype, (weights + KV-cache bytes) / aggregate local bank
+  bandwidth), and the ratio to it (the baseline of this benchmark: what the machine cannot beat);
+* kernels per step, host fallbacks (ATen calls left on the host), launches simulated to tune;
+* cold compile (first call minus a warm call, empty Inductor/Triton/tuning caches) and warm-process start
+  (a second process with those caches: process start to the first prefill logits).
+
+    triton-nmp llm                                 # gpt2 + llama, fp16, default and max-autotune
+    triton-nmp llm --models gpt2 --modes default --plot breakdown.png
+    python benchmarks/llm.py ...                   # the same
+
+Simulated times are deterministic; compile and start times are host wall-clock on this machine.
+"""
+
+from __future__ import annotations
+
+import time
+
+T_PROCESS = time.perf_counter()  # noqa: E402  (warm-process start is measured from here)
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+from dataclasses import asdict, dataclass, field  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from triton_nmp.report import machine_line, table  # noqa: E402
+
+DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
+
+
+@dataclass
+class StepResult:
+    sim_seconds: float
+    kernels: list[tuple[str, float]]  # (Inductor kernel name, simulated seconds) per launch
+    launches: int
+    host_fallbacks: list[str]
+    roofline_seconds: float
+
+
+@dataclass
+class RunResult:
+    model: str
+    mode: str
+    dtype: str
+    prompt: int
+    cache: int
+    prefill: StepResult
+    decode: StepResult
+    first_call_seconds: float  # prefill compile + first run
+    warm_call_seconds: float  # a second prefill call
+    decode_first_call_seconds: float
+    decode_warm_call_seconds: float
+    start_to_logits_seconds: float  # process start to the first prefill logits
+    tuning_simulated: int
+    tuning_benchmarks: int
+    gemm_legal: int = 0
+    gemm_kept: int = 0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def cold_compile_seconds(self) -> float:
+        """Compile time of the prefill and decode graphs: first calls minus warm calls."""
+        return (self.first_call_seconds - self.warm_call_seconds + self.decode_first_call_seconds
+                - self.decode_warm_call_seconds)
+
+
+def _step(prof, graph) -> StepResult:
+    return StepResult(
+        sim_seconds=prof.sim_seconds,
+        kernels=[(r.kernel, r.sim_seconds) for r in prof.launches],
+        launches=len(prof.launches),
+        host_fallbacks=[f.op for f in graph.host_fallbacks],
+        roofline_seconds=sum(r.roofline_seconds for r in prof.launches),
+    )
+
+
+def worker(model_name: str, mode: str, dtype_name: str, prompt_len: int, cache: int) -> RunResult:
+    """One process: build, compile, run and profile prefill and one decode step."""
+    import copy
+
+    import torch
+
+    import triton_nmp
+    from triton_nmp.inductor import choices, compiled_graphs, reset_tuning_stats, tuning_stats
+    from triton_nmp.llm import CONFIGS, build
+
+    dtype = getattr(torch, dtype_name)
+    cfg = CONFIGS[model_name]
+    if cfg.max_positions != cache:
+        import dataclasses
+
+        CONFIGS[model_name] = dataclasses.replace(cfg, max_positions=cache)
+    model = build(model_name, dtype)
+    reset_tuning_stats()
+    compiled = torch.compile(model, backend="nmp", mode=mode)
+    ids = torch.randint(0, model.cfg.vocab, (1, prompt_len), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        t0 = time.perf_counter()
+        compiled(ids)
+        t1 = time.perf_counter()
+        start_to_logits = t1 - T_PROCESS
+        compiled(ids)
+        t2 = time.perf_counter()
+        with triton_nmp.profile() as prof:
+            compiled(ids)
+        prefill = _step(prof, compiled_graphs()[-1])
+        token = torch.zeros(1, 1, dtype=torch.int64)
+        pos = torch.tensor([prompt_len], dtype=torch.int64)
+        t3 = time.perf_counter()
+        compiled(token, pos)
+        t4 = time.perf_counter()
+        compiled(token, pos)
+        t5 = time.perf_counter()
+        with triton_nmp.profile() as prof:
+            compiled(token, pos)
+        decode = _step(prof, compiled_graphs()[-1])
+    stats = tuning_stats()
+    sel = choices.gemm_selections()
+    del copy
+    return RunResult(model_name, mode, dtype_name, prompt_len, cache, prefill, decode, t1 - t0, t2 - t1, t4 - t3,
+                     t5 - t4, start_to_logits, stats.simulated, stats.benchmarks,
+                     sum(s.legal for s in sel), sum(len(s.kept) for s in sel))
+
+
+def floor_seconds(model_name: str, dtype_name: str, tokens: int, attended: int, cache: int) -> tuple[float, float]:
+    """(compute floor, memory floor) of one step over `tokens` new tokens attending to `attended` positions."""
+    import torch
+
+    from triton_nmp.llm import CONFIGS
+    from triton_nmp.llm.models import GPT2Config
+    from triton_nmp.target import active_target
+
+    spec = active_target()
+    cfg = CONFIGS[model_name]
+    size = torch.empty((), dtype=getattr(torch, dtype_name)).element_size()
+    d, hd, L = cfg.hidden, cfg.head_dim, cfg.layers
+    if isinstance(cfg, GPT2Config):
+        layer_w = d * 3 * d + d * d + 2 * d * 4 * d
+        head_w = cfg.vocab * d
+        other_w = cfg.max_positions * d
+    else:
+        layer_w = d * d * 2 + 2 * d * cfg.kv_heads * hd + 3 * d * cfg.ffn
+        head_w = 2 * cfg.vocab * d  # embedding + untied LM head
+        other_w = 0
+    weights = (L * layer_w + head_w + other_w) * size
+    matmul_macs = tokens * (L * layer_w + cfg.vocab * d)
+    attn_macs = L * 2 * tokens * attended * cfg.heads * hd
+    flops = 2 * (matmul_macs + attn_macs)
+    kv = 2 * L * cfg.kv_heads * hd * size * (tokens if attended == tokens else cache)
+    compute = flops / spec.peak_flops(DTYPES[dtype_name])
+    memory = (weights + kv) / spec.local_bytes_per_second
+    return compute, memory
+
+
+def run_worker_process(args, model: str, mode: str, cache_dir: Path) -> RunResult:
+    env = dict(os.environ)
+    env.update({
+        "TORCHINDUCTOR_CACHE_DIR": str(cache_dir / "inductor"),
+        "TRITON_CACHE_DIR": str(cache_dir / "triton"),
+        "TRITON_NMP_TUNING_CACHE": str(cache_dir / "tuning"),
+    })
+    cmd = [sys.executable, "-m", "triton_nmp.llm.bench", "--worker", model, mode, args.dtype, str(args.prompt),
+           str(args.cache)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"worker {model}/{mode} failed:\n{proc.stderr[-4000:]}")
+    data = json.loads(proc.stdout.strip().splitlines()[-1])
+    data["prefill"] = StepResult(**data["prefill"])
+    data["decode"] = StepResult(**data["decode"])
+    return RunResult(**data)
+
+
+def plot_breakdown(results: list[RunResult], path: str) -> None:
+    """Stacked bars: per model/mode/step, simulated time per Inductor kernel kind."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def kind(name: str) -> str:
+        for prefix, label in (("triton_tem", "matmul templates"), ("triton_per", "persistent reductions"),
+                              ("triton_red", "reductions"), ("triton_poi", "pointwise")):
+            if name.startswith(prefix):
+                return label
+        return "other"
+
+    bars, kinds = [], ["matmul templates", "persistent reductions", "reductions", "pointwise", "other"]
+    for r in results:
+        for step, s, unit in (("prefill", r.prefill, 1e3), ("decode", r.decode, 1e6)):
+            per = {k: 0.0 for k in kinds}
+            for name, sec in s.kernels:
+                per[kind(name)] += sec * unit
+            bars.append((f"{r.model}\n{r.mode}\n{step} ({'ms' if unit == 1e3 else 'us'})", per))
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(bars)), 4.5))
+    bottom = [0.0] * len(bars)
+    for k in kinds:
+        vals = [b[1][k] for b in bars]
+        ax.bar(range(len(bars)), vals, bottom=bottom, label=k)
+        bottom = [x + y for x, y in zip(bottom, vals)]
+    ax.set_xticks(range(len(bars)), [b[0] for b in bars], fontsize=7)
+    ax.set_ylabel("simulated time (ms prefill, us decode)")
+    ax.set_title("LLM steps on nmp: simulated time by Inductor kernel kind")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def report(results: list[RunResult]) -> str:
+    rows = []
+    for r in results:
+        pc, pm = floor_seconds(r.model, r.dtype, r.prompt, r.prompt, r.cache)
+        dc, dm = floor_seconds(r.model, r.dtype, 1, r.cache, r.cache)
+        pf, df = max(pc, pm), max(dc, dm)
+        rows.append([
+            r.model, r.mode, r.dtype,
+            f"{r.prefill.sim_seconds * 1e3:.2f}", f"{pf * 1e3:.2f}", f"{r.prefill.sim_seconds / pf:.2f}x",
+            f"{r.decode.sim_seconds * 1e6:.0f}", f"{df * 1e6:.0f}", f"{r.decode.sim_seconds / df:.2f}x",
+            f"{r.prefill.launches}/{r.decode.launches}",
+            str(len(r.prefill.host_fallbacks) + len(r.decode.host_fallbacks)),
+            str(r.tuning_simulated),
+            f"{r.cold_compile_seconds:.1f}",
+            f"{r.extra.get('warm_start', float('nan')):.1f}",
+        ])
+    header = ["model", "mode", "dtype", "prefill ms", "floor ms", "ratio", "decode us/tok", "floor us", "ratio",
+              "kernels p/d", "host fb", "tune sims", "cold compile s", "warm start s"]
+    return table(header, rows, right=set(range(3, len(header))))
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--models", default="gpt2,llama")
+    p.add_argument("--modes", default="default,max-autotune")
+    p.add_argument("--dtype", default="float16", choices=sorted(DTYPES))
+    p.add_argument("--prompt", type=int, default=512)
+    p.add_argument("--cache", type=int, default=1024)
+    p.add_argument("--plot", default="", help="write the per-kernel breakdown plot (PNG) here")
+    p.add_argument("--json", default="", help="write the raw results here")
+    p.add_argument("--timeout", type=int, default=3600)
+    p.add_argument("--worker", nargs=5, metavar=("MODEL", "MODE", "DTYPE", "PROMPT", "CACHE"), help=argparse.SUPPRESS)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="triton-nmp llm", description=__doc__.split("\n\n")[0])
+    add_arguments(p)
+    return run(p.parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """The benchmark for parsed arguments (also `triton-nmp llm`)."""
+    if args.worker:
+        model, mode, dtype, prompt, cache = args.worker
+        r = worker(model, mode, dtype, int(prompt), int(cache))
+        print(json.dumps(asdict(r)))
+        return 0
+    print(machine_line())
+    results = []
+    for model in args.models.split(","):
+        for mode in args.modes.split(","):
+            with tempfile.TemporaryDirectory(prefix="nmp-llm-") as tmp:
+                cold = run_worker_process(args, model, mode, Path(tmp))
+                warm = run_worker_process(args, model, mode, Path(tmp))
+            cold.extra["warm_start"] = warm.start_to_logits_seconds
+            cold.extra["warm_tuning_simulated"] = warm.tuning_simulated
+            results.append(cold)
+            print(f"{model}/{mode}: done (warm process simulated {warm.tuning_simulated} launches to tune)",
+                  flush=True)
+    print(report(results))
+    for r in results:
+        print(f"{r.model}/{r.mode}: matmul candidates legal {r.gemm_legal}, compiled {r.gemm_kept}; "
+              f"tuning simulated {r.tuning_simulated} launches in {r.tuning_benchmarks} benchmarks; "
+              f"warm process: {r.extra['warm_tuning_simulated']}; host fallbacks "
+              f"{sorted(set(r.prefill.host_fallbacks + r.decode.host_fallbacks)) or 'none'}")
+    if args.plot:
+        plot_breakdown(results, args.plot)
+        print(f"plot: {args.plot}")
+    if args.json:
+        Path(args.json).write_text(json.dumps([asdict(r) for r in results], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
