@@ -101,3 +101,26 @@ def test_max_autotune_simulates_few_candidates_and_takes_the_fastest():
     stats = tuning_stats()
     assert stats.benchmarks >= kept and stats.host_benchmarks == 0
     assert 0 < stats.simulated <= 2 * stats.benchmarks  # one simulation per candidate (+ epilogue fusion)
+
+
+def test_profile_of_a_compiled_model_per_inductor_kernel_with_a_trace(tmp_path):
+    import json
+
+    model = build("gpt2-tiny", torch.float32, std=0.3)
+    compiled = torch.compile(model, backend="nmp")
+    ids = torch.randint(0, model.cfg.vocab, (1, 8), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        compiled(ids)
+        with triton_nmp.profile() as prof:
+            compiled(ids)
+    graph = compiled_graphs()[-1]
+    names = {r.kernel for r in prof.launches}
+    assert names <= set(graph.kernels) and any(n.startswith("triton_tem_") for n in names)
+    assert prof.sim_seconds > 0 and all(0 < r.roofline_seconds <= r.sim_seconds for r in prof.launches)
+    assert all(r.flops >= 0 and r.bytes_local + r.bytes_remote > 0 for r in prof.launches)
+    text = prof.summary()
+    assert "% roofline" in text and f"total ({len(prof.launches)} launches)" in text
+    prof.save_trace(tmp_path / "trace.json")
+    events = json.loads((tmp_path / "trace.json").read_text())
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    assert names <= {e.get("name") for e in events}
