@@ -9,7 +9,8 @@ compile workers see).
 * Matmul templates (mm/addmm/bmm/baddbmm): the candidate tiles come from `gemm.candidates` (sized for the
   target's scratchpad and PUs, not triton-cpu's list), are ranked by `gemm.estimate`, and only the best one
   (default mode) or the best `gemm.tuned_candidates(n)` (max-autotune, which then simulates them) become
-  Inductor choices. Every decision is logged in `gemm_selections()`.
+  Inductor choices; `max_autotune_gemm_search_space="EXHAUSTIVE"` keeps them all (every legal tile simulated).
+  Every decision is logged in `gemm_selections()`.
 """
 
 from __future__ import annotations
@@ -154,8 +155,12 @@ class NMPChoices(InductorChoices):
 
         scored = sorted(((gemm.estimate(tile(c), m, n, k, batch, size, size, dname, spec), tile(c), i)
                          for i, c in enumerate(ktcs)), key=lambda e: (e[0], e[1]))
-        keep = 1 if not (inductor_config.max_autotune or inductor_config.max_autotune_gemm_search_space
-                         == "EXHAUSTIVE") else gemm.tuned_candidates(len(scored))
+        if inductor_config.max_autotune_gemm_search_space == "EXHAUSTIVE":
+            keep = len(scored)  # simulate every legal candidate (to check the model's choice)
+        elif inductor_config.max_autotune:
+            keep = gemm.tuned_candidates(len(scored))
+        else:
+            keep = 1
         kept = scored[:keep]
         _SELECTIONS.append(GemmSelection(
             op_name, m, n, k, batch, dname, len(scored),

@@ -25,6 +25,7 @@ import time
 T_PROCESS = time.perf_counter()  # noqa: E402  (warm-process start is measured from here)
 
 import argparse  # noqa: E402
+import ast  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import subprocess  # noqa: E402
@@ -245,6 +246,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plot", default="", help="write the per-kernel breakdown plot (PNG) here")
     p.add_argument("--json", default="", help="write the raw results here")
     p.add_argument("--timeout", type=int, default=3600)
+    p.add_argument("--check-choice", action="store_true",
+                   help="instead: simulate every legal tile of one layer's matmuls (first model) and compare with "
+                        "the tiles max-autotune simulates")
     p.add_argument("--worker", nargs=5, metavar=("MODEL", "MODE", "DTYPE", "PROMPT", "CACHE"), help=argparse.SUPPRESS)
 
 
@@ -262,6 +266,16 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(asdict(r)))
         return 0
     print(machine_line())
+    if args.check_choice:
+        model = args.models.split(",")[0]
+        rows = choice_check(model, args.dtype, args.prompt)
+        print(table(["matmul (MxKxN)", "legal tiles", "simulated by tuning", "best of all us", "tuned us",
+                     "tuned/best", "default us", "default/best"],
+                    [[f"{r['m']}x{r['k']}x{r['n']}", str(r["legal"]), str(r["simulated_by_tuning"]),
+                      f"{r['best_ms'] * 1e3:.1f}", f"{r['tuned_ms'] * 1e3:.1f}", f"{r['tuned_ms'] / r['best_ms']:.3f}",
+                      f"{r['default_ms'] * 1e3:.1f}", f"{r['default_ms'] / r['best_ms']:.3f}"] for r in rows],
+                    right=set(range(1, 8))))
+        return 0
     results = []
     for model in args.models.split(","):
         for mode in args.modes.split(","):
@@ -289,3 +303,66 @@ def run(args: argparse.Namespace) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# -- is Inductor's matmul choice close to the best of its candidate set? ----------------------------------------
+
+
+def layer_matmuls(model_name: str, tokens: int) -> list[tuple[int, int, int]]:
+    """(M, K, N) of the matmuls of one layer's linear projections."""
+    from triton_nmp.llm import CONFIGS
+    from triton_nmp.llm.models import GPT2Config
+
+    cfg = CONFIGS[model_name]
+    d = cfg.hidden
+    if isinstance(cfg, GPT2Config):
+        return [(tokens, d, 3 * d), (tokens, d, d), (tokens, d, 4 * d), (tokens, 4 * d, d)]
+    kv = cfg.kv_heads * cfg.head_dim
+    return [(tokens, d, d), (tokens, d, kv), (tokens, d, cfg.ffn), (tokens, cfg.ffn, d)]
+
+
+def choice_check(model_name: str, dtype_name: str, tokens: int) -> list[dict]:
+    """Simulate every legal tile of each of one layer's matmuls (EXHAUSTIVE), and compare the best of all with
+    the best among the candidates max-autotune would simulate (the cost model's top `tuned_candidates`)."""
+    import torch
+    from torch._inductor import select_algorithm
+
+    import triton_nmp
+    from triton_nmp.inductor import gemm
+
+    dtype = getattr(torch, dtype_name)
+    spec = triton_nmp.active_target()
+    rows = []
+    for m, k, n in layer_matmuls(model_name, tokens):
+        timings: dict[tuple[int, int, int, int], float] = {}
+
+        def saver(t, name, input_nodes, choices, profiled_time, _timings=timings):
+            for choice, ms in t.items():
+                kw = getattr(choice, "log_info", {}) or {}
+                try:
+                    bm, bk, bn = ast.literal_eval(kw["tile_shape"])  # Inductor logs (BLOCK_M, BLOCK_K, BLOCK_N)
+                    key = (int(bm), int(bn), int(bk), int(kw["num_stages"]))
+                except (KeyError, TypeError, ValueError, SyntaxError):
+                    continue
+                _timings[key] = float(ms)
+
+        select_algorithm.add_feedback_saver(saver)
+        try:
+            a = torch.randn(m, k, dtype=dtype)
+            b = torch.randn(k, n, dtype=dtype)
+            torch._dynamo.reset()
+            torch.compile(lambda x, y: x @ y, backend="nmp",
+                          options={"max_autotune": True, "max_autotune_gemm_search_space": "EXHAUSTIVE",
+                                   "fx_graph_cache": False, "autotune_local_cache": False})(a, b)
+        finally:
+            select_algorithm.clear_feedback_savers()
+        size = dtype.itemsize
+        legal = gemm.candidates(m, n, k, size, size, spec)
+        ranked = gemm.rank(legal, m, n, k, 1, size, size, DTYPES[dtype_name], spec)
+        top = ranked[:gemm.tuned_candidates(len(ranked))]
+        measured = {t: timings.get((t.block_m, t.block_n, t.block_k, t.num_stages)) for t in legal}
+        best = min(v for v in measured.values() if v is not None)
+        picked = min(v for t in top if (v := measured[t]) is not None)
+        rows.append({"m": m, "k": k, "n": n, "legal": len(legal), "simulated_by_tuning": len(top),
+                     "best_ms": best, "tuned_ms": picked, "default_ms": measured[ranked[0]]})
+    return rows
