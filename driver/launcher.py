@@ -52,7 +52,12 @@ from triton_nmp.target import active_target
 
 from .device import PendingLaunch, clock
 
-__all__ = ["NMPLauncher", "ArgPlan", "plan_arguments", "INT_RANGES"]
+__all__ = ["NMPLauncher", "ArgPlan", "plan_arguments", "INT_RANGES", "before_launch", "after_launch"]
+
+# Observers of launches with a grid (the model-level placement pass captures a step's launches and applies
+# its migrations through them): fn(launcher, args, slot values, grid), before placement and after the run.
+before_launch: list[Any] = []
+after_launch: list[Any] = []
 
 PTR, INT, FLOAT, DESC = "ptr", "int", "float", "tensordesc"
 DESC_FIELD = "descfield"  # a parameter the descriptor's base entry (DESC) fills in
@@ -247,6 +252,9 @@ class NMPLauncher:
         else:
             spec = active_target()
             tvals = tuple(vals)
+            if before_launch:
+                for fn in tuple(before_launch):
+                    fn(self, args, tvals, grid)
             mapping, note = self._place(args, tvals, grid, spec)
             buffers, ident, where = self._buffers(tvals)
             # Identity of the launch (replay needs the very same call) and of its timing inputs (timing
@@ -269,6 +277,9 @@ class NMPLauncher:
                         buffers, result.counters, result.host_seconds, result.trace, note,
                     ),
                 )
+        if after_launch:
+            for fn in tuple(after_launch):
+                fn(self, args, tuple(vals), grid)
         if launch_exit_hook is not None:
             launch_exit_hook(launch_metadata)
 

@@ -41,7 +41,8 @@ from triton_nmp.errors import NMPError
 from triton_nmp.placement import DEFAULT_GRANULARITY, Placement
 from triton_nmp.target import TargetSpec
 
-__all__ = ["LayoutChoice", "choose_layouts", "REFERENCE_MAPPINGS", "REPLICATE_MAX_BANK_FRACTION"]
+__all__ = ["LayoutChoice", "choose_layouts", "choose_checked", "layouts_per_reference", "candidate_layouts",
+           "REFERENCE_MAPPINGS", "REPLICATE_MAX_BANK_FRACTION"]
 
 REFERENCE_MAPPINGS = ("round_robin", "blocked")
 REPLICATE_MAX_BANK_FRACTION = 1 / 8
@@ -80,7 +81,7 @@ def _useful(recs: np.ndarray) -> float:
     return float(np.where(gather, recs[:, 4] * recs[:, 5], recs[:, 4] * recs[:, 5]).sum())
 
 
-def _candidates(recs: np.ndarray, n: int, nbytes: int, ptr: int, spec: TargetSpec) -> list[Placement]:
+def candidate_layouts(recs: np.ndarray, n: int, nbytes: int, ptr: int, spec: TargetSpec) -> list[Placement]:
     G = spec.dma_granule_bytes
     plo, phi, touched = _extents(recs, n)
     grans: list[int] = []
@@ -140,6 +141,14 @@ def choose_layouts(trace: np.ndarray, n: int, args: list[Any], todo: dict[int, t
     """Layouts for the arguments in `todo` (argument index -> (data_ptr, nbytes)); `args` holds an
     `ArgBuffer` per already placed pointer argument (None otherwise). Arguments the footprint never
     touches get no layout (they stay host data)."""
+    per_ref, costs = layouts_per_reference(trace, n, args, todo, spec)
+    return per_ref[min(REFERENCE_MAPPINGS, key=lambda m: costs[m])]  # ties: round robin
+
+
+def layouts_per_reference(trace: np.ndarray, n: int, args: list[Any], todo: dict[int, tuple[int, int]],
+                          spec: TargetSpec) -> tuple[dict[str, dict[int, LayoutChoice]], dict[str, float]]:
+    """`choose_layouts` for each reference mapping: (layouts per reference, estimated makespan per
+    reference). The model-level pass takes each as a strategy of the kernel."""
     from triton_nmp.simulator.timing import ArgBuffer, footprint_bank_bytes
 
     P = spec.num_pus
@@ -173,7 +182,7 @@ def choose_layouts(trace: np.ndarray, n: int, args: list[Any], todo: dict[int, t
                 ld.add(ld.delta(np.zeros((n, P)), per_prog))
             continue
         fbs = [(c, footprint_bank_bytes(recs, n, [None] * a + [ArgBuffer("", ptr, nbytes, c)], spec))
-               for c in _candidates(recs, n, nbytes, ptr, spec)]
+               for c in candidate_layouts(recs, n, nbytes, ptr, spec)]
         moved = max(float(fbs[0][1].sum()), 1.0)
         for m, ld in loads.items():
             scored = [(ld.cost(ld.delta(fb)), k) for k, (_, fb) in enumerate(fbs)]
@@ -185,8 +194,7 @@ def choose_layouts(trace: np.ndarray, n: int, args: list[Any], todo: dict[int, t
             why = (f"footprint-aligned: {100 * local / moved:.0f}% of the bytes its programs move are in the bank "
                    f"of their PU under a {m}-like mapping (best of {len(fbs)} candidate layouts by PU and bank load)")
             per_ref[m][a] = LayoutChoice(best, why, loaded)
-    ref = min(REFERENCE_MAPPINGS, key=lambda m: loads[m].cost())  # ties: round robin
-    return per_ref[ref]
+    return per_ref, {m: ld.cost() for m, ld in loads.items()}
 
 
 def choose_checked(trace: np.ndarray, grid: tuple[int, int, int], args: list[Any], todo: dict[int, tuple[int, int]],

@@ -249,6 +249,18 @@ def _cmd_llm(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------------------ registration
 
+def _args_placement(p: argparse.ArgumentParser) -> None:
+    from triton_nmp import placement_cli
+
+    placement_cli.declare(p)
+
+
+def _cmd_placement(args: argparse.Namespace) -> int:
+    from triton_nmp import placement_cli
+
+    return placement_cli.run(args)
+
+
 # name -> (command, argument declarer, one-line help). Add new subcommands here.
 _SUBCOMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], Callable[[argparse.ArgumentParser], None], str]] = {
     "info": (_cmd_info, _args_info, "show a target's parameters and roofline numbers"),
@@ -259,6 +271,7 @@ _SUBCOMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], Callable[[arg
     "llm": (_cmd_llm, _args_llm, "LLM prefill/decode on nmp via torch.compile(backend='nmp'), against the floor"),
     "calibrate-target": (_cmd_calibrate_target, _args_calibrate_target,
                          "fit a target's free fields to measured kernel times, report the error on held-out rows"),
+    "placement": (_cmd_placement, _args_placement, "show a placement plan: layouts, kernel mappings, migrations"),
 }
 
 
