@@ -352,6 +352,15 @@ class _Patterns:
     replicated: np.ndarray  # bool per pattern
 
 
+def _broadcast(b: np.ndarray, u: np.ndarray, mv: np.ndarray, rep: bool, bcast: bool,
+               P: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """Pattern rows for `emit`: a broadcast store (to a replicated argument) moves its bytes into every
+    bank (one copy local, P - 1 over the mesh), so it counts P times the bytes, spread over all banks."""
+    if not bcast:
+        return b, u, mv, rep
+    return np.repeat(np.asarray(mv, dtype=np.float64)[:, None], P, axis=1), u * P, mv * P, False
+
+
 def _arg_name(args: Sequence[ArgBuffer | None] | None, a: int) -> str:
     if args is not None and 0 <= a < len(args) and args[a] is not None:
         return args[a].name
@@ -401,68 +410,70 @@ def _dma_patterns(
                 f"place it again for this target"
             )
         is_rep = pl.policy == "replicated"
+        # stores to a replicated argument write every copy (a broadcast: one copy per bank)
+        parts = [(sel, False)]
         if is_rep and is_store[sel].any():
-            raise NMPRuntimeError(
-                f"{who}: argument '{name}' is placed 'replicated' (read-only copies in every bank) but the kernel "
-                f"stores to it; place it 'interleaved', 'blocked' or on one bank (triton_nmp.place) before writing it"
-            )
-        g_sel, d_sel = sel[is_gather[sel]], sel[~is_gather[sel]]
-        if g_sel.size:  # gathers: n elements of e bytes spread uniformly over [lo, hi)
-            g = tr[g_sel]
-            inv, first = _group_rows([g[:, 3], g[:, 6], g[:, 4], g[:, 5]])
-            cnt, esz = g[first, 4], g[first, 5]
-            lo = base + g[first, 3]
-            hi = np.maximum(base + g[first, 6], lo + esz)
-            u, mv = cnt * esz, cnt * (-(-esz // G) * G)
-            ids = np.arange(first.size)
+            parts = [(sel[~is_store[sel]], False), (sel[is_store[sel]], True)]
+        for part, bcast in parts:
+            if not part.size:
+                continue
+            g_sel, d_sel = part[is_gather[part]], part[~is_gather[part]]
+            if g_sel.size:  # gathers: n elements of e bytes spread uniformly over [lo, hi)
+                g = tr[g_sel]
+                inv, first = _group_rows([g[:, 3], g[:, 6], g[:, 4], g[:, 5]])
+                cnt, esz = g[first, 4], g[first, 5]
+                lo = base + g[first, 3]
+                hi = np.maximum(base + g[first, 6], lo + esz)
+                u, mv = cnt * esz, cnt * (-(-esz // G) * G)
+                ids = np.arange(first.size)
+                if is_rep:
+                    b = np.zeros((first.size, P))
+                else:
+                    b = _runs_to_banks(pl, ids, lo, hi - lo, mv / (hi - lo), ids.size, P)
+                emit(g_sel, inv, *_broadcast(b, u, mv, is_rep, bcast, P))
+            if not d_sel.size:
+                continue
+            d = tr[d_sel]
+            o, rows, L, S = base + d[:, 3], d[:, 4], d[:, 5], d[:, 6]
+            merge = (S == L) & (rows > 1)  # contiguous rows: one run
+            L = np.where(merge, rows * L, L)
+            rows = np.where(merge, 1, rows)
+            S = np.where(merge, L, S)
+            if pl.policy == "interleaved":
+                per = int(pl.granularity or 1) * P
+                lc = math.lcm(per, A)
+                key = [o % lc, S % lc, rows, L]
+            elif pl.policy == "blocked":
+                chunk = pl.chunk_bytes(P)
+                span = (rows - 1) * S
+                first_c = np.minimum((o + np.minimum(span, 0)) // chunk, P - 1)
+                last_c = np.minimum((o + np.maximum(span, 0) + L - 1) // chunk, P - 1)
+                single = first_c == last_c
+                key = [single.astype(np.int64), np.where(single, first_c, o), np.where(single, o % A, S),
+                       np.where(single, S % A, 0), rows, L]  # fmt: skip
+            else:  # one bank, or replicated: only alignment matters
+                key = [o % A, S % A, rows, L]
+            inv, first = _group_rows(key)
+            o, rows, L, S = o[first], rows[first], L[first], S[first]
+            u = rows * L
+            # moved bytes: rows fold with the period of (start mod alignment)
+            rec, j, w = _expand(rows, A // np.gcd(S % A, A))
+            start = o[rec] + j * S[rec]
+            mv = np.bincount(rec, weights=w * (-(-(start % A + L[rec]) // G) * G), minlength=first.size)
             if is_rep:
                 b = np.zeros((first.size, P))
             else:
-                b = _runs_to_banks(pl, ids, lo, hi - lo, mv / (hi - lo), ids.size, P)
-            emit(g_sel, inv, b, u, mv, is_rep)
-        if not d_sel.size:
-            continue
-        d = tr[d_sel]
-        o, rows, L, S = base + d[:, 3], d[:, 4], d[:, 5], d[:, 6]
-        merge = (S == L) & (rows > 1)  # contiguous rows: one run
-        L = np.where(merge, rows * L, L)
-        rows = np.where(merge, 1, rows)
-        S = np.where(merge, L, S)
-        if pl.policy == "interleaved":
-            per = int(pl.granularity or 1) * P
-            lc = math.lcm(per, A)
-            key = [o % lc, S % lc, rows, L]
-        elif pl.policy == "blocked":
-            chunk = pl.chunk_bytes(P)
-            span = (rows - 1) * S
-            first_c = np.minimum((o + np.minimum(span, 0)) // chunk, P - 1)
-            last_c = np.minimum((o + np.maximum(span, 0) + L - 1) // chunk, P - 1)
-            single = first_c == last_c
-            key = [single.astype(np.int64), np.where(single, first_c, o), np.where(single, o % A, S),
-                   np.where(single, S % A, 0), rows, L]  # fmt: skip
-        else:  # one bank, or replicated: only alignment matters
-            key = [o % A, S % A, rows, L]
-        inv, first = _group_rows(key)
-        o, rows, L, S = o[first], rows[first], L[first], S[first]
-        u = rows * L
-        # moved bytes: rows fold with the period of (start mod alignment)
-        rec, j, w = _expand(rows, A // np.gcd(S % A, A))
-        start = o[rec] + j * S[rec]
-        mv = np.bincount(rec, weights=w * (-(-(start % A + L[rec]) // G) * G), minlength=first.size)
-        if is_rep:
-            b = np.zeros((first.size, P))
-        else:
-            if pl.policy == "interleaved":
-                period = per // np.gcd(S % per, per)
-            elif pl.policy == "blocked":
-                period = np.where(single[first], 1, rows)
-            else:
-                period = np.ones_like(rows)
-            rec, j, w = _expand(rows, period)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                scale = np.where(u > 0, mv / u, 0.0)
-            b = _runs_to_banks(pl, rec, o[rec] + j * S[rec], L[rec], w * scale[rec], first.size, P)
-        emit(d_sel, inv, b, u, mv, is_rep)
+                if pl.policy == "interleaved":
+                    period = per // np.gcd(S % per, per)
+                elif pl.policy == "blocked":
+                    period = np.where(single[first], 1, rows)
+                else:
+                    period = np.ones_like(rows)
+                rec, j, w = _expand(rows, period)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    scale = np.where(u > 0, mv / u, 0.0)
+                b = _runs_to_banks(pl, rec, o[rec] + j * S[rec], L[rec], w * scale[rec], first.size, P)
+            emit(d_sel, inv, *_broadcast(b, u, mv, is_rep, bcast, P))
     if not banks:
         return _Patterns(rec_pat, np.zeros((0, P)), np.zeros(0), np.zeros(0), np.zeros(0, dtype=bool))
     return _Patterns(rec_pat, np.concatenate(banks), np.concatenate(useful), np.concatenate(moved), np.concatenate(rep))

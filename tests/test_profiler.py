@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -16,7 +17,7 @@ from triton_nmp.driver.device import CounterEstimate, clock
 from triton_nmp.placement import place
 from triton_nmp.profiler import LAUNCH_PID, LaunchRecord, Profile, profile
 from triton_nmp.simulator import runtime
-from triton_nmp.target import active_target
+from triton_nmp.target import active_target, set_active_target
 
 pytestmark = pytest.mark.usefixtures("fresh_clock_state")
 
@@ -217,10 +218,15 @@ def test_fresh_outputs_reuse_the_memoised_timing(tensors) -> None:
 
 def test_timing_errors_name_the_launch_and_leave_the_clock_usable(tensors) -> None:
     x, y, out = tensors
-    place(out, "replicated")  # read-only copies: storing to it is a modelling error
-    launch(x, y, out)  # runs natively; the error appears when the launch is timed
-    with pytest.raises(Exception, match="replicated") as info:
-        clock.flush()
+    place(out, bank=63)
+    small = dataclasses.replace(active_target(), name="nmp-16", mesh_rows=4, mesh_cols=4)
+    old = set_active_target(small)
+    try:
+        launch(x, y, out)  # runs natively; the error appears when the launch is timed: no bank 63 on 16 PUs
+        with pytest.raises(Exception, match="bank 63") as info:
+            clock.flush()
+    finally:
+        set_active_target(old)
     assert any("vadd" in note for note in getattr(info.value, "__notes__", []))
     assert clock.pending == 0
     out2 = torch.empty(N)

@@ -266,16 +266,18 @@ def test_locality_mapping_follows_the_data_and_stays_balanced():
 # ----------------------------------------------------------------------------- replication
 
 
-def test_replicated_reads_are_local_and_stores_are_an_error():
+def test_replicated_reads_are_local_and_stores_write_every_copy():
     w = buf("w", 1 << 20, "replicated")
     t = sim([load(p, 0, 0, 8192) for p in range(64)], (64,), [w])
     assert t.bytes_remote == 0 and np.all(t.bank_bytes == 8192)  # each PU reads its own copy
-    with pytest.raises(NMPRuntimeError) as info:
-        sim([load(0, 1, 0, 64), load(0, 0, 0, 64, kind=STORE)], (1,), [w, buf("x", 4096)], kernel="kernel 'k'")
-    msg = str(info.value)
-    assert "kernel 'k'" in msg and "argument 'w'" in msg and "'replicated'" in msg and "stores to it" in msg
-    with pytest.raises(NMPRuntimeError, match="argument 'w' is placed 'replicated'"):
-        sim([rec(SCATTER, 0, 0, 0, 10, 4, 4096)], (1,), [w])
+    # a store to a replicated tensor is a broadcast: its bytes land in every bank, one copy locally
+    t = sim([load(0, 1, 0, 64), load(0, 0, 0, 64, kind=STORE)], (1,), [w, buf("x", 4096)], kernel="kernel 'k'")
+    assert np.all(t.bank_bytes[1:] >= 64) and t.bank_bytes.sum() == 64 + 64 * 64
+    assert t.bytes_remote == 63 * 64
+    one = sim([load(0, 1, 0, 64), load(0, 0, 0, 64, kind=STORE)], (1,), [buf("v", 4096), buf("x", 4096)])
+    assert t.cycles > one.cycles
+    s = sim([rec(SCATTER, 0, 0, 0, 10, 4, 4096)], (1,), [w])
+    assert s.bank_bytes.sum() == 64 * 10 * 32  # ten elements, a granule each, in every bank
 
 
 # ------------------------------------------------------------------------ results and errors

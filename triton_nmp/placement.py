@@ -19,8 +19,8 @@ Policies (`place(tensor, policy, ...)`):
 - ``"blocked"``: the tensor's bytes are split into P contiguous chunks of ceil(nbytes / P) bytes,
   chunk i in bank i (the tail, if any, belongs to the last bank). Pair it with
   ``pu_mapping="locality"`` for streaming kernels whose program blocks line up with the chunks.
-- ``"replicated"``: a read-only copy in every bank, so every read is local; a kernel that stores to
-  it is reported as an error by the timing model.
+- ``"replicated"``: a copy in every bank, so every read is local; a store writes every copy (a
+  broadcast: one local, P - 1 over the mesh, all charged by the timing model).
 - ``bank=<int>`` (policy ``"bank"``): the whole tensor in one bank.
 
 Address -> bank mapping: positions are taken **relative to the start of the placed byte range**,

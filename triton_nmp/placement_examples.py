@@ -14,29 +14,34 @@ __all__ = ["gemv_kernel", "GemvChain"]
 
 
 @triton.jit
-def gemv_kernel(w_ptr, x_ptr, y_ptr, N, K: tl.constexpr, BLOCK_N: tl.constexpr):
+def gemv_kernel(w_ptr, x_ptr, y_ptr, N, K, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    ks = tl.arange(0, K)
-    w = tl.load(w_ptr + rows[:, None] * K + ks[None, :], mask=rows[:, None] < N, other=0.0)
-    x = tl.load(x_ptr + ks)
+    ks = tl.arange(0, BLOCK_K)
+    w = tl.load(w_ptr + rows[:, None] * K + ks[None, :], mask=(rows[:, None] < N) & (ks[None, :] < K), other=0.0)
+    x = tl.load(x_ptr + ks, mask=ks < K, other=0.0)
     y = tl.sum(w.to(tl.float32) * x[None, :].to(tl.float32), axis=1)
     tl.store(y_ptr + rows, y.to(tl.float16), mask=rows < N)
 
 
 class GemvChain:
-    """`layers` GEMVs of width `d`; `step()` runs them on the input vector."""
+    """`layers` GEMVs of width `d` (with `ffn`, every layer is d -> d, d -> ffn, ffn -> d: the linear
+    layers of a decoder block); `step()` runs them on the input vector."""
 
-    def __init__(self, layers: int = 4, d: int = 512, block_n: int = 8, seed: int = 0):
+    def __init__(self, layers: int = 4, d: int = 512, block_n: int = 8, seed: int = 0, ffn: int = 0):
         g = torch.Generator().manual_seed(seed)
         self.d, self.block_n = d, block_n
-        self.ws = [torch.randn(d, d, generator=g, dtype=torch.float16) / d**0.5 for _ in range(layers)]
+        shapes = [(d, d), (ffn, d), (d, ffn)] * layers if ffn else [(d, d)] * layers  # (out, in)
+        self.ws = [torch.randn(n, k, generator=g, dtype=torch.float16) / k**0.5 for n, k in shapes]
         self.x = torch.randn(d, generator=g, dtype=torch.float16)
-        self.acts = [torch.empty(d, dtype=torch.float16) for _ in range(layers)]
+        self.acts = [torch.empty(n, dtype=torch.float16) for n, _ in shapes]
 
     def step(self) -> torch.Tensor:
         h = self.x
         for w, a in zip(self.ws, self.acts):
-            gemv_kernel[(triton.cdiv(self.d, self.block_n),)](w, h, a, self.d, K=self.d, BLOCK_N=self.block_n)
+            n, k = w.shape
+            bk = triton.next_power_of_2(k)
+            bn = min(self.block_n, max(1, 16384 // bk))  # an fp32 product tile of at most 64 KiB
+            gemv_kernel[(triton.cdiv(n, bn),)](w, h, a, n, k, BLOCK_N=bn, BLOCK_K=bk)
             h = a
         return h
 

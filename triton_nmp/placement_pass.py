@@ -8,7 +8,8 @@ and the tensors behind its pointer arguments. Tensors are weights (never written
 The optimisation (after Alpa's ILP over shardings with resharding costs):
 
 * every tensor t gets one home layout a from its candidates L_t (`y[t, a]`, one-hot): the footprint-
-  aligned layouts its kernels ask for, replication for read-only tensors, the default interleaving;
+  aligned layouts its kernels ask for, replication (a written replica is written to every bank: a
+  broadcast store, charged by the timing model), the default interleaving;
 * every kernel k runs one strategy s from S_k (`x[k, s]`, one-hot): a layout for each of its tensors,
   costed by the timing model on the kernel's predicted trace with the auto mapping (owner computes,
   never slower than round robin): the layouts the auto layout choice gives under each reference
@@ -23,7 +24,9 @@ The optimisation (after Alpa's ILP over shardings with resharding costs):
 extra); `solve(graph, "greedy")` is the fast heuristic for large graphs: every tensor takes the layout
 its heaviest kernel's best strategy wants, every kernel its best strategy given the homes, then
 coordinate descent over tensors (each tensor tries every candidate, re-picking the strategies of its
-kernels) until nothing improves. `apply(plan)` places every tensor in its home layout (weights once,
+kernels) until nothing improves; it also descends from a sequential start (kernels in launch order,
+each fixing the layouts of the tensors it touches first) and from the captured layouts, and keeps
+the best. `apply(plan)` places every tensor in its home layout (weights once,
 as at model load; a tensor already there moves nothing) and installs the migrations, which run
 around their kernels in every later step.
 """
@@ -51,6 +54,7 @@ __all__ = ["TensorNode", "KernelNode", "Strategy", "PlacementGraph", "Plan", "ca
            "remove", "Layout"]
 
 Layout = tuple[str, int | None]  # (policy, granularity): the part of a Placement a plan chooses
+US = 1e6  # the ILP's objective is in microseconds: in seconds, differences sit below CBC's tolerances
 
 
 class NMPPlacementPassError(NMPError, RuntimeError):
@@ -106,13 +110,13 @@ class PlacementGraph:
     target: str
     bank_bytes: int
     num_banks: int
-    migration: dict[tuple[int, Layout, Layout], float] = field(default_factory=dict)  # seconds
+    migration: dict[tuple[int, Layout, Layout], float] = field(default_factory=dict)  # (bytes, a, b) -> seconds
     build_seconds: float = 0.0
 
     def migration_seconds(self, t: int, a: Layout, b: Layout) -> float:
         if a == b:
             return 0.0
-        key = (t, a, b)
+        key = (self.tensors[t].nbytes, a, b)  # the cost depends on the size and the two layouts only
         if key not in self.migration:
             from triton_nmp.simulator.transfer import relayout
 
@@ -141,6 +145,7 @@ class _Launch:
     vals: tuple[int, ...]
     fp: Any
     args: list[tuple[int, int, int, str, Any]]  # (arg index, ptr, nbytes, name, tensor)
+    key: Any = None  # what the footprint depends on: grid, scalars, spans (not where the buffers are)
 
 
 class Capture:
@@ -161,7 +166,8 @@ class Capture:
             t = launcher._tensor_of(args, i)
             if ptr and nbytes and t is not None:
                 ptrs.append((i, ptr, nbytes, name, t))
-        self.launches.append(_Launch(launcher, launcher.kernel_name, grid, vals, fp, ptrs))
+        self.launches.append(_Launch(launcher, launcher.kernel_name, grid, vals, fp, ptrs,
+                                     (launcher._kernel_id, key)))
 
     def graph(self, spec: TargetSpec | None = None) -> PlacementGraph:
         return build_graph(self, spec or active_target())
@@ -236,7 +242,8 @@ def build_graph(cap: Capture, spec: TargetSpec) -> PlacementGraph:
 
     memo: dict[Any, tuple[float, str]] = {}
     kernels: list[KernelNode] = []
-    for k, ln in enumerate(cap.launches):
+    staged: list[tuple[dict[int, int], dict[int, str], list[tuple[str, dict[int, Layout]]]]] = []
+    for ln in cap.launches:
         arg_t = {i: by_range[(ptr, nbytes)] for i, ptr, nbytes, _, _ in ln.args}
         acc = {}
         for i, tid in arg_t.items():
@@ -276,20 +283,37 @@ def build_graph(cap: Capture, spec: TargetSpec) -> PlacementGraph:
                     for c in candidate_layouts(recs, n, nbytes, ptr, spec):
                         if _layout(c) not in tensors[arg_t[i]].candidates:
                             tensors[arg_t[i]].candidates.append(_layout(c))
+            for t, v in proposals[2][1].items():  # auto layouts are candidates of their tensors too
+                if v not in tensors[t].candidates:
+                    tensors[t].candidates.append(v)
+            for t in arg_t.values():  # a vector every program reads may be worth a copy per bank
+                if ("replicated", None) not in tensors[t].candidates and tensors[t].nbytes * P <= 64 * spec.bank_bytes:
+                    tensors[t].candidates.append(("replicated", None))
+        staged.append((arg_t, acc, proposals))
+    for k, ln in enumerate(cap.launches):
+        arg_t, acc, proposals = staged[k]
+        if ln.fp.exact:
+            # an activation comes in whatever layout its producer leaves and leaves in the one its consumers
+            # want: vary each over its candidates, the rest as the kernel's own best
+            for origin, base in [p for p in proposals if p[0].endswith("/no-replicas")]:
+                for t, mode in acc.items():
+                    if tensors[t].kind != "weight" and mode in ("r", "w"):
+                        for c in tensors[t].candidates:
+                            if c != base[t]:
+                                proposals.append((f"{origin}/{tensors[t].name}={describe_layout(c)}", {**base, t: c}))
+        n = ln.grid[0] * ln.grid[1] * ln.grid[2]
         strategies: list[Strategy] = []
         seen: set[tuple] = set()
         for origin, lay in proposals:
             sig = tuple(sorted(lay.items()))
             if sig in seen:
                 continue
-            if any(v[0] == "replicated" and "w" in acc[t] for t, v in lay.items()):
-                continue
             seen.add(sig)
             for t, v in lay.items():
                 if v not in tensors[t].candidates:
                     tensors[t].candidates.append(v)
-            key = (ln.launcher.metadata.hash if hasattr(ln.launcher.metadata, "hash") else id(ln.launcher),
-                   ln.grid, ln.vals, tuple((i, lay[arg_t[i]]) for i in sorted(arg_t)), id(spec))
+            # identical launches on other buffers (the layers of a model) share their cost table
+            key = (ln.key, tuple((i, lay[arg_t[i]]) for i in sorted(arg_t)), id(spec))
             if key not in memo:
                 if ln.fp.exact:
                     bufs: list[Any] = [None] * (max(arg_t) + 1)
@@ -302,9 +326,8 @@ def build_graph(cap: Capture, spec: TargetSpec) -> PlacementGraph:
             sec, mapping = memo[key]
             strategies.append(Strategy(lay, sec, mapping, origin))
         kernels.append(KernelNode(k, ln.kernel, ln.grid, acc, strategies, bool(ln.fp.exact)))
-    for node in tensors:  # replication only for tensors nobody writes; never more than a bank holds
-        node.candidates = [c for c in node.candidates if c[0] != "replicated"
-                           or (node.kind == "weight" and node.nbytes <= spec.bank_bytes)]
+    for node in tensors:  # a replica must fit in one bank (a written one is written to every copy: broadcast)
+        node.candidates = [c for c in node.candidates if c[0] != "replicated" or node.nbytes <= spec.bank_bytes]
         if node.captured not in node.candidates:
             node.candidates.insert(0, node.captured)
     g = PlacementGraph(tensors, kernels, spec.name, spec.bank_bytes, P)
@@ -397,15 +420,40 @@ def solve_greedy(g: PlacementGraph, max_rounds: int = 8) -> Plan:
     """The fast heuristic (module docstring): descent from the heaviest kernels' wishes and from the
     captured layouts; the better plan wins, so it is never worse than what was captured."""
     t0 = time.perf_counter()
-    wished = _descend(g, _wishes(g), max_rounds)
-    captured = _descend(g, {t.id: t.captured for t in g.tensors}, max_rounds)
-    best = min((wished, captured), key=lambda h: plan_cost(g, h, _strategies(g, h)))
+    starts = (_sequential(g), _wishes(g), {t.id: t.captured for t in g.tensors})
+    best = min((_descend(g, h, max_rounds) for h in starts), key=lambda h: plan_cost(g, h, _strategies(g, h)))
     strategies = _strategies(g, best)
     return Plan(best, strategies, plan_cost(g, best, strategies), "greedy", time.perf_counter() - t0, g)
 
 
 def _strategies(g: PlacementGraph, homes: dict[int, Layout]) -> dict[int, int]:
     return {k.index: _best_strategy(g, k, homes)[0] for k in g.kernels}
+
+
+def _sequential(g: PlacementGraph) -> dict[int, Layout]:
+    """Kernels in launch order, each taking its cheapest strategy given the homes fixed before it and
+    fixing the homes of the tensors it touches first (what per-kernel auto placement does, but over
+    the kernel's whole strategy set)."""
+    homes: dict[int, Layout] = {}
+    load = np.zeros(g.num_banks)
+    for k in g.kernels:
+        best, best_c = None, math.inf
+        for s in k.strategies:
+            new = {t: lay for t, lay in s.layouts.items() if t not in homes}
+            extra = sum((g.bank_load(t, lay) for t, lay in new.items()), np.zeros(g.num_banks))
+            if (load + extra).max(initial=0.0) > g.bank_bytes:
+                continue
+            c = (0.0 if math.isnan(s.seconds) else s.seconds) + sum(
+                g.migration_seconds(t, homes[t], lay) for t, lay in s.layouts.items() if t in homes)
+            if c < best_c:
+                best, best_c, best_extra = new, c, extra
+        if best is None:
+            return {t.id: t.captured for t in g.tensors}
+        homes.update(best)
+        load += best_extra
+    for t in g.tensors:
+        homes.setdefault(t.id, t.captured)
+    return homes
 
 
 def _wishes(g: PlacementGraph) -> dict[int, Layout]:
@@ -488,14 +536,14 @@ def _solve_ilp(pulp: Any, g: PlacementGraph, time_limit: float) -> Plan:
     for k in g.kernels:
         prob += pulp.lpSum(x[k.index, i] for i in range(len(k.strategies))) == 1
         for i, s in enumerate(k.strategies):
-            cost.append((0.0 if math.isnan(s.seconds) else s.seconds) * x[k.index, i])
+            cost.append(US * (0.0 if math.isnan(s.seconds) else s.seconds) * x[k.index, i])
             for t, lay in s.layouts.items():
                 for j, home in enumerate(g.tensors[t].candidates):
                     m = g.migration_seconds(t, home, lay)
                     if m > 0:
                         w = pulp.LpVariable(f"w_{k.index}_{i}_{t}_{j}", lowBound=0)
                         prob += w >= x[k.index, i] + y[t, j] - 1
-                        cost.append(m * w)
+                        cost.append(US * m * w)
     loads = {(t.id, j): g.bank_load(t.id, lay) for t in g.tensors for j, lay in enumerate(t.candidates)}
     for b in range(g.num_banks):
         prob += pulp.lpSum(float(loads[key][b]) * var for key, var in y.items() if loads[key][b]) <= g.bank_bytes
