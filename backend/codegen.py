@@ -162,24 +162,30 @@ class KernelCodegen(ControlFlowCodegen, MemoryCodegen, RuntimeCodegen, LanguageC
         return ops[start:start + fused_run_length(ops, start)]
 
     def emit_fused(self, run: list[Op]) -> None:
-        accesses = run_accesses(run, self._users())  # charged once, on the run's first vector-op record
+        accesses = run_accesses(run, self._users())  # charged once, on the run's first record
         inside: dict[int, int] = {}
         for op in run:
             for o in op.operands:
                 inside[id(o)] = inside.get(id(o), 0) + 1
-        mem = None
+        mem = red = None
         if run[-1].name in FUSABLE_MEMORY_OPS:  # the run computes this gather/scatter/atomic's addresses
             mem, run = run[-1], run[:-1]
             parts = self._element_parts(mem)
+        elif run[-1].name == "nmp.reduce":  # the run computes the elements this reduction combines
+            red, run = run[-1], run[:-1]
         users = self._users()
         produced = {id(op.results[0]) for op in run}
         # a result needs its tile if anything outside the run reads it
         keep = {k for k in produced if users.get(k, 0) > inside.get(k, 0)}
         shape = run[0].results[0].type.shape
         numel = run[0].results[0].type.numel
+        nested = any(op.name == "nmp.broadcast" or op.name == "nmp.iota" and len(shape) > 1 for op in run)
         if not self.timing_only:
-            def body(i, idx=None):
+            def element(i, idx=None) -> dict[int, ir.Value]:
+                """The run's values at element i (multi-index idx when it broadcasts). Results are stored
+                after every operand of this element is read: a result may take an operand's buffer."""
                 regs: dict[int, ir.Value] = {}
+                stores = []
 
                 def get(v):
                     if id(v) in regs:
@@ -195,23 +201,33 @@ class KernelCodegen(ControlFlowCodegen, MemoryCodegen, RuntimeCodegen, LanguageC
                     elif op.name == "nmp.broadcast":  # the source element this element repeats
                         src = op.operands[0]
                         val = self.load_elem(src, self._flat(idx, _broadcast_strides(src.type.shape)))
+                    elif op.name == "nmp.iota":  # this element's index along the axis
+                        pos = self.b.add(i if idx is None else idx[op.attrs["axis"]], _i64(op.attrs["start"]))
+                        ct = compute_type(r.type)
+                        val = pos if ct.width == 64 else self.b.trunc(pos, ct)
                     else:
                         val = emit_elementwise(self.b, op.attrs["fn"], op.attrs, [get(o) for o in op.operands],
                                                [o.type for o in op.operands], r.type)
                     regs[id(r)] = val
                     if id(r) in keep:
-                        self.store_elem(r, i, val)
+                        stores.append((r, val))
                 if mem is not None:
                     self._elem_regs = regs
                     try:
                         parts[1](i)
                     finally:
                         self._elem_regs = None
+                for r, val in stores:
+                    self.store_elem(r, i, val)
+                return regs
 
-            if any(op.name == "nmp.broadcast" for op in run):  # a loop nest: source indices without division
-                self.loop_nest(shape, lambda idx: body(self._flat(idx, _row_major(shape)), idx))
+            if red is not None:  # the reduction's loops visit every element once
+                self._reduce_elements(red, lambda flat: element(flat, self._unflatten(flat, shape) if nested
+                                                                else None))
+            elif nested:  # a loop nest: source indices without division
+                self.loop_nest(shape, lambda idx: element(self._flat(idx, _row_major(shape)), idx))
             else:
-                self.loop(numel, body)
+                self.loop(numel, element)
         for op in run:  # the same counters and trace records as unfused ops, in op order
             if op.name == "nmp.vec":
                 r = op.results[0]
@@ -220,6 +236,19 @@ class KernelCodegen(ControlFlowCodegen, MemoryCodegen, RuntimeCodegen, LanguageC
                 accesses = 0
         if mem is not None:
             parts[2]()
+        if red is not None:
+            if self.timing_only:
+                self._reduce_placeholders(red)
+            self._reduce_record(red, accesses)
+
+    def _unflatten(self, flat: ir.Value, shape: tuple[int, ...]) -> list[ir.Value]:
+        """The multi-index of row-major element `flat` of a tile of `shape`."""
+        b = self.b
+        idx = []
+        for n, st in zip(shape, _row_major(shape)):
+            q = flat if st == 1 else b.udiv(flat, _i64(st))
+            idx.append(b.urem(q, _i64(n)) if n != _prod(shape) // st else q)
+        return idx
 
     def _element_parts(self, op: Op):
         """(elements, per-element body, epilogue) of a gather, scatter or atomic."""
@@ -386,6 +415,28 @@ class KernelCodegen(ControlFlowCodegen, MemoryCodegen, RuntimeCodegen, LanguageC
         self.trace(KIND_MATMUL, [m, n, k, dtype_code(a.type.elem)])
 
     def op_nmp_reduce(self, op: Op) -> None:
+        if self.timing_only:
+            self._reduce_placeholders(op)
+        else:
+            self._reduce_elements(op, None)
+        self._reduce_record(op, len(op.operands))
+
+    def _reduce_placeholders(self, op: Op) -> None:
+        """The timing-only variant computes no data: scalar results are zeros."""
+        for res in op.results:
+            if not res.type.is_tensor:
+                self.vals[id(res)] = _const(res.type, 0)
+
+    def _reduce_record(self, op: Op, accesses: int) -> None:
+        shape = op.operands[0].type.shape
+        self.count("vec_elems", _i64(_prod(shape)))
+        self.trace(KIND_VEC, [_prod(shape), 1, dtype_code(op.operands[0].type.elem),
+                            region_class(op.regions[0].block), accesses])
+
+    def _reduce_elements(self, op: Op, compute) -> None:
+        """Combine the inputs of `op` along its axis. `compute(flat)`, when given, computes the elements
+        (a fused run ending in this reduction) and returns them by input tile; inputs it does not
+        compute are read from their buffers."""
         inputs = op.operands
         shape = inputs[0].type.shape
         axis = op.attrs["axis"]
@@ -397,17 +448,13 @@ class KernelCodegen(ControlFlowCodegen, MemoryCodegen, RuntimeCodegen, LanguageC
         b = self.b
         results = op.results
         scalar_out = not results[0].type.is_tensor
-        if self.timing_only:
-            for res in results:
-                if not res.type.is_tensor:
-                    self.vals[id(res)] = _const(res.type, 0)
-            self.count("vec_elems", _i64(_prod(shape)))
-            self.trace(KIND_VEC, [_prod(shape), 1, dtype_code(inputs[0].type.elem), region_class(region),
-                                len(inputs)])
-            return
 
         def at(o, k):
             return b.add(b.add(b.mul(o, _i64(n * inner)), b.mul(k, _i64(inner))), i_cur[0])
+
+        def values(flat):
+            regs = compute(flat) if compute is not None else {}
+            return [regs[id(x)] if id(x) in regs else self.load_elem(x, flat) for x in inputs]
 
         i_cur = [None]
         out_vals = [None]
@@ -418,15 +465,14 @@ class KernelCodegen(ControlFlowCodegen, MemoryCodegen, RuntimeCodegen, LanguageC
 
         def per_position(o, i):
             i_cur[0] = i
-            init = [[self.load_elem(x, at(o, _i64(j))) for x in inputs] for j in range(lanes)]
+            init = [values(at(o, _i64(j))) for j in range(lanes)]
             width = len(inputs)
 
             def step(kphi, flat):
                 base = b.mul(kphi, _i64(lanes))
                 new = []
                 for j in range(lanes):
-                    vals = [self.load_elem(x, at(o, b.add(base, _i64(j)))) for x in inputs]
-                    new += combine(flat[j * width:(j + 1) * width], vals)
+                    new += combine(flat[j * width:(j + 1) * width], values(at(o, b.add(base, _i64(j)))))
                 return new
 
             flat = self._carried_loop("red", 1, n // lanes, [v for lane in init for v in lane], step)
@@ -447,9 +493,6 @@ class KernelCodegen(ControlFlowCodegen, MemoryCodegen, RuntimeCodegen, LanguageC
                 self.vals[id(res)] = round_to(b, p, res.type)  # a wide fp16/bf16 sum rounds here
         else:
             self.loop(outer, lambda o: self.loop(inner, lambda i: per_position(o, i)))
-        self.count("vec_elems", _i64(_prod(shape)))
-        self.trace(KIND_VEC, [_prod(shape), 1, dtype_code(inputs[0].type.elem), region_class(region),
-                            len(inputs)])
 
 
 def _broadcast_strides(shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -30,6 +30,9 @@ def tile_type_str(v: Value) -> str:
     return str(t)
 
 
+_NAME_CHARS = re.compile(r"[^A-Za-z0-9_$.#\-]")
+
+
 class Namer:
     def __init__(self) -> None:
         self.names: dict[int, str] = {}
@@ -38,7 +41,7 @@ class Namer:
     def __call__(self, v: Value) -> str:
         key = id(v)
         if key not in self.names:
-            base = v.name or "v"
+            base = _NAME_CHARS.sub("_", v.name) or "v"  # `%c-1e+30` would not read back
             name, k = base, 0
             while name in self.used:
                 k += 1
@@ -281,6 +284,8 @@ SCALAR_CALL_FNS = {"math.log", "math.log2", "math.log10", "math.exp10", "math.si
 
 
 def _fusable(op: Op) -> bool:
+    if op.name == "nmp.iota":
+        return bool(op.attrs.get("fused"))  # leaner buffers (make_leaner): computed per element in a run
     return op.name in FUSABLE_OPS and op.attrs.get("fn") not in SCALAR_CALL_FNS
 
 
@@ -289,7 +294,10 @@ def fused_run_length(ops: list[Op], start: int) -> int:
 
     The codegen computes such a run in one loop, element by element, so the scratchpad planner must
     treat the whole run as one step: every tile it touches is live for all of it. A broadcast in a run
-    reads its (smaller) source in place: the broadcast tile itself is never stored."""
+    reads its (smaller) source in place: the broadcast tile itself is never stored. A run may end in a
+    gather, scatter or atomic that uses its addresses, or in a reduction marked `fused` (by the
+    leaner-buffer rung of legalization) over tiles of the run's shape: the reduction then combines
+    each element as the run computes it, so the tile it reduces is never stored."""
     first = ops[start]
     if not _fusable(first) or not first.results or not first.results[0].type.is_tensor:
         return 1
@@ -301,9 +309,78 @@ def fused_run_length(ops: list[Op], start: int) -> int:
         if op.name == "nmp.vec" and any(o.type.is_tensor and o.type.shape != shape for o in op.operands):
             break
         n += 1
-    if 0 < n and start + n < len(ops) and _ends_run(ops[start + n], ops[start:start + n], shape):
+    if 0 < n and start + n < len(ops) and (_ends_run(ops[start + n], ops[start:start + n], shape)
+                                           or _reduce_ends_run(ops[start + n], ops[start:start + n], shape)):
         n += 1
     return max(n, 1)
+
+
+def _reduce_ends_run(op: Op, run: list[Op], shape: tuple[int, ...]) -> bool:
+    """Whether the reduction `op` (marked `fused`) can end `run`: it reduces tiles of the run's shape, one
+    of them computed by the run."""
+    if op.name != "nmp.reduce" or not op.attrs.get("fused"):
+        return False
+    if any(not o.type.is_tensor or o.type.shape != shape for o in op.operands):
+        return False
+    produced = {id(r.results[0]) for r in run if r.results}
+    return any(id(o) in produced for o in op.operands)
+
+
+def make_leaner(func: Func) -> int:
+    """Leaner buffers, the first rung of legalization when a kernel does not fit as it is; returns how
+    many ops changed (0: nothing to gain).
+
+    - A view to the same shape (`tl.sum` flattening a 1-D tile) is dropped: it would end a run.
+    - An iota is computed per element inside the run that uses it (`i + tl.arange(0, BLOCK) < n`): its
+      tile is never stored (`fused`).
+    - A reduction ends the fused run that computes its input (`fused`): each element is combined as the
+      run computes it (`tl.sum(x * y)`, `tl.sum(tl.exp(x - m))`), so the tile it reduces is not stored.
+    """
+    changed = _drop_identity_views(func)
+    for op in func.walk():
+        if op.name == "nmp.iota" and not op.attrs.get("fused"):
+            op.attrs["fused"] = True
+            changed += 1
+    if changed:
+        _place_func(func)  # a fused iota, like a splat, is cloned next to each user
+    blocks = [func.body] + [b for op in func.walk() for r in op.regions for b in r.blocks]
+    for block in blocks:
+        ops = block.ops
+        candidates = [op for op in ops if op.name == "nmp.reduce" and not op.attrs.get("fused")]
+        for op in candidates:
+            op.attrs["fused"] = True
+        ends: set[int] = set()
+        i = 0
+        while i < len(ops):  # the runs as the planner and the codegen cut them
+            n = fused_run_length(ops, i)
+            ends.add(id(ops[i + n - 1]) if n > 1 else -1)
+            i += n
+        for op in candidates:
+            if id(op) in ends:
+                changed += 1
+            else:
+                del op.attrs["fused"]
+    return changed
+
+
+def _drop_identity_views(func: Func) -> int:
+    """Replace every use of a view whose type is its source's by the source; returns how many went."""
+    same = {id(op.result): op.operands[0] for op in func.walk()
+            if op.name == "nmp.view" and op.result.type == op.operands[0].type}
+    if not same:
+        return 0
+
+    def resolve(v: Value) -> Value:
+        while id(v) in same:
+            v = same[id(v)]
+        return v
+
+    for op in func.walk():
+        op.operands = [resolve(o) for o in op.operands]
+    blocks = [func.body] + [b for op in func.walk() for r in op.regions for b in r.blocks]
+    for block in blocks:
+        block.ops[:] = [op for op in block.ops if not (op.name == "nmp.view" and id(op.result) in same)]
+    return len(same)
 
 
 # Tile ops that cost nothing inside a fused run: they read a scalar, a constant or a smaller tile.
@@ -320,17 +397,25 @@ def place_cheap_tiles(mod: Module) -> None:
     (a loop's initial value, a dot's accumulator) the tile lives only from there. Uses in nested regions
     keep the original."""
     for f in mod.funcs:
-        for op in list(f.walk()):
-            for r in op.regions:
-                for b in r.blocks:
-                    _place_block(b)
-        _place_block(f.body)
+        _place_func(f)
+
+
+def _place_func(f: Func) -> None:
+    for op in list(f.walk()):
+        for r in op.regions:
+            for b in r.blocks:
+                _place_block(b)
+    _place_block(f.body)
+
+
+def _cheap(op: Op) -> bool:
+    return (op.name in CHEAP_TILE_OPS or op.name == "nmp.iota" and op.attrs.get("fused")) and bool(op.results) \
+        and op.results[0].type.is_tensor
 
 
 def _place_block(block: Block) -> None:
     _hoist_views(block)
-    cheap = {id(op.results[0]): op for op in block.ops
-             if op.name in CHEAP_TILE_OPS and op.results and op.results[0].type.is_tensor}
+    cheap = {id(op.results[0]): op for op in block.ops if _cheap(op)}
     if not cheap:
         return
     nested: set[int] = set()

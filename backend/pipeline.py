@@ -13,8 +13,9 @@ produces (the plan, the depth that fits) comes back in it.
     place-cheap-tiles          views next to their source, broadcasts/splats/constants cloned next to each
                                user: fused runs compute them per element, no tile is stored
     sink-address-computations  move a gather/scatter's address ops next to it (one fused run)
-    legalize-scratchpad        multi-buffer loop loads, plan the scratchpad, strip-mine or buffer less
-                               deeply when it does not fit, else refuse (NMPScratchpadOverflowError)
+    legalize-scratchpad        multi-buffer loop loads, plan the scratchpad; when it does not fit: leaner
+                               buffers (make-leaner), strip-mining, buffering less deeply, else refuse
+                               (NMPScratchpadOverflowError)
 
 `EXTRA_PASSES` are the parts of legalization on their own, for tests of one pass on IR text.
 """
@@ -27,7 +28,7 @@ from typing import Any
 
 from .ir import Module
 from .lower_nmpir import lower_to_nmpir
-from .nmpir import eliminate_dead_code, place_cheap_tiles, sink_address_computations, verify
+from .nmpir import eliminate_dead_code, make_leaner, place_cheap_tiles, sink_address_computations, verify
 from .pointer_select import split_pointer_selects
 from .scratchpad import ScratchpadPlan, buffer_align, legalize_with_stages, mark_multibuffered_loads, plan_scratchpad
 from .stripmine import strip_mine
@@ -87,6 +88,11 @@ def _legalize_scratchpad(mod: Module, ctx: PassContext) -> Module:
     return mod
 
 
+def _make_leaner(mod: Module, ctx: PassContext) -> Module:
+    make_leaner(mod.kernel)
+    return mod
+
+
 def _multi_buffer_loads(mod: Module, ctx: PassContext) -> Module:
     mark_multibuffered_loads(mod.kernel, ctx.num_stages)
     return mod
@@ -117,6 +123,7 @@ PASSES: tuple[Pass, ...] = (
 )
 
 EXTRA_PASSES: tuple[Pass, ...] = (
+    Pass("make-leaner", _make_leaner),
     Pass("multi-buffer-loads", _multi_buffer_loads),
     Pass("plan-scratchpad", _plan_scratchpad),
     Pass("strip-mine", _strip_mine),

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from triton_nmp.errors import NMPScratchpadOverflowError
 
 from .ir import Block, Func, Loc, Op, Value
-from .nmpir import fused_run_length
+from .nmpir import fused_run_length, make_leaner
 from .ops import FUSABLE_MEMORY_OPS, Operands, op_def
 
 DEFAULT_ALIGN = 64
@@ -85,7 +85,7 @@ class _Liveness:
         self.vec_ops: list[tuple[Op, int]] = []
         self.matmul_ops: list[tuple[Op, int]] = []
         self.for_ops: list[tuple[Op, int]] = []
-        self.runs: list[list[Op]] = []
+        self.runs: list[tuple[list[Op], int]] = []  # fused runs of more than one op and their time step
         self.func = func
         self._block(func.body.ops, (), func.loc)
         for key, loop in self.pending:
@@ -121,7 +121,7 @@ class _Liveness:
                 run_left = fused_run_length(ops, k)
                 self.time += 1  # a fused run is one step: all its tiles are live together
                 if run_left > 1:
-                    self.runs.append(ops[k:k + run_left])
+                    self.runs.append((ops[k:k + run_left], self.time))
             run_left -= 1
             t = self.time
             for o in op.operands:
@@ -221,7 +221,7 @@ def _elementwise_in_place(lv: _Liveness) -> None:
     # Inside a fused run every op has the same time step, so "last used at this step" does not mean
     # "last used by this op", and the run computes element by element: no in-place reuse there
     # (its register-only temporaries already take no scratchpad).
-    in_runs = {id(op) for run in lv.runs for op in run}
+    in_runs = {id(op) for run, _ in lv.runs for op in run}
     for op, t in lv.vec_ops:
         if id(op) in in_runs:
             continue
@@ -237,6 +237,40 @@ def _elementwise_in_place(lv: _Liveness) -> None:
             lv.alias[id(r)] = o
             ends[id(ro)] = max(t, lv.last_use.get(id(r), t))
             break
+
+
+def _runs_in_place(lv: _Liveness) -> None:
+    """A fused run's result may take the buffer of a tile the run reads for the last time (an
+    intermediate of an elementwise chain computed by an earlier run): the run reads every operand of an
+    element before it stores that element's results (`codegen.emit_fused`), and a result of at most the
+    operand's element size only overwrites elements already read. Operands read through a broadcast (at
+    other indices) or by a gather/scatter/atomic ending the run are not taken."""
+    ends = _root_ends(lv)
+    for run, t in lv.runs:
+        compute = run[:-1] if run[-1].name in FUSABLE_MEMORY_OPS or run[-1].name == "nmp.reduce" else run
+        shape = compute[0].results[0].type.shape
+        produced = {id(op.results[0]) for op in compute}
+        other = {id(o) for op in run if op.name == "nmp.broadcast" or op not in compute for o in op.operands}
+        free = []
+        for op in compute:
+            for o in op.operands:
+                if (o.type.is_tensor and o.type.shape == shape and id(o) not in produced and id(o) not in other
+                        and all(o is not f for f in free)):
+                    free.append(o)
+        for op in compute:
+            r = op.results[0]
+            if id(r) not in lv.values or id(r) in lv.alias:
+                continue
+            for o in free:
+                if o.type.elem_bytes < r.type.elem_bytes:
+                    continue
+                ro = _dies_here(lv, ends, o, t)
+                if ro is None:
+                    continue
+                lv.alias[id(r)] = o
+                ends[id(ro)] = max(t, lv.last_use.get(id(r), t))
+                free = [f for f in free if f is not o]
+                break
 
 
 def _matmul_in_place(lv: _Liveness) -> None:
@@ -276,7 +310,7 @@ def _register_only(lv: _Liveness, func: Func) -> set[int]:
         for o in op.operands:
             uses[id(o)] = uses.get(id(o), 0) + 1
     out: set[int] = set()
-    for run in lv.runs:
+    for run, _ in lv.runs:
         inside: dict[int, int] = {}
         for op in run:
             for o in op.operands:
@@ -307,6 +341,7 @@ def plan_scratchpad(func: Func, align: int = DEFAULT_ALIGN) -> ScratchpadPlan:
     for key in _register_only(lv, func) | _unused_atomic_results(func):
         lv.values.pop(key, None)
     _elementwise_in_place(lv)
+    _runs_in_place(lv)
     _matmul_in_place(lv)
     _loop_init_in_place(lv)
     groups: dict[int, Buffer] = {}
@@ -419,7 +454,8 @@ def legalize_with_stages(module, spec, num_stages: int) -> tuple[ScratchpadPlan,
 
 
 def legalize_scratchpad(module, spec) -> ScratchpadPlan:
-    """Plan the scratchpad; if the kernel does not fit, strip-mine it where that is exact, else refuse.
+    """Plan the scratchpad; if the kernel does not fit, make its buffers leaner (`nmpir.make_leaner`), then
+    strip-mine it where that is exact, else refuse.
 
     Strip-mining halves the chunk until the plan fits the budget: first along the single dimension of
     a kernel of 1-D tiles (see `stripmine`), then along the rows of a row-parallel kernel (see
@@ -432,6 +468,13 @@ def legalize_scratchpad(module, spec) -> ScratchpadPlan:
     align = buffer_align(spec)
     plan = plan_scratchpad(func, align)
     budget = spec.spm_bytes_per_program
+    if plan.peak_bytes > budget:
+        lean = copy.deepcopy(module)
+        if make_leaner(lean.kernel):  # fused reductions and iotas: tiles that are never stored
+            lean_plan = plan_scratchpad(lean.kernel, align)
+            if lean_plan.peak_bytes < plan.peak_bytes:
+                module.funcs[:] = lean.funcs
+                func, plan = module.kernel, lean_plan
     if plan.peak_bytes > budget:
         length = next((v.type.shape[0] for op in func.walk() for v in op.results if v.type.is_tensor), 0)
         for rewrite, smallest, n in ((strip_mine, 64, length), (row_strip_mine, 1, row_chunks(func))):

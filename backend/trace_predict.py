@@ -231,7 +231,7 @@ class _Predictor:
         if n == "nmp.reduce":
             shape = op.operands[0].type.shape
             self.emit(mask, abi.KIND_VEC, [int(np.prod(shape)), 1, abi.dtype_code(op.operands[0].type.elem),
-                                     region_class(op.regions[0].block), len(op.operands)])
+                                     region_class(op.regions[0].block), self.accesses.get(id(op), len(op.operands))])
             for r in op.results:
                 self.unknown.add(id(r))
             return mask

@@ -21,8 +21,6 @@ liger = pytest.importorskip("liger_kernel", reason="Liger-Kernel is not installe
 
 from liger_kernel.transformers import functional as LF  # noqa: E402
 
-from triton_nmp.errors import NMPScratchpadOverflowError  # noqa: E402
-
 
 @dataclass(frozen=True)
 class LigerCase:
@@ -154,17 +152,7 @@ LIBRARY_OWN: dict[str, str] = {
 }
 
 
-# Cases nmp still refuses with a scratchpad overflow (asserted: they must fail exactly so).
-NOT_YET = {"cross_entropy_label_smoothing"}
-
-
-def _marks(case: LigerCase) -> list:
-    if case.name in NOT_YET:
-        return [pytest.mark.xfail(strict=True, raises=NMPScratchpadOverflowError, reason="scratchpad overflow")]
-    return []
-
-
-@pytest.mark.parametrize("case", [pytest.param(c, marks=_marks(c)) for c in CASES], ids=lambda c: c.name)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_liger_op_forward_and_backward(case: LigerCase):
     if case.name in LIBRARY_OWN:
         pytest.xfail(LIBRARY_OWN[case.name])

@@ -26,7 +26,7 @@ def test_plan_reuses_dead_buffers_and_reports_peak():
 def test_kernel_over_the_budget_is_refused_at_compile_time_with_live_buffers():
     n = 1 << 17
     x, out = torch.randn(n), torch.empty(n)
-    with pytest.raises(NMPCompilationError, match=r"(?s)scratchpad overflow: the kernel needs 1048576 bytes.*"
+    with pytest.raises(NMPCompilationError, match=r"(?s)scratchpad overflow: the kernel needs 524288 bytes.*"
                        r"has 262144 bytes.*%x_?\d*: tile<131072xf32> 524288 B .*pipeline_kernels\.py:.*"
                        r"Use smaller BLOCK_\* sizes or fewer num_stages"):
         pk.big_center_kernel[(1,)](x, out, n, BLOCK=1 << 17)
@@ -93,7 +93,7 @@ def test_legality_query_prunes_oversized_configs_fast():
     big = check_config(pk.big_center_kernel, dict(x_ptr=x, out_ptr=out, n=n), {"BLOCK": 1 << 17})
     mined = check_config(pk.big_add_kernel, args, {"BLOCK": 1 << 17})
     assert small.legal and small.spm_peak_bytes == 8192
-    assert not big.legal and "scratchpad overflow: needs 1048576 bytes" in big.reason
+    assert not big.legal and "scratchpad overflow: needs 524288 bytes" in big.reason
     assert mined.legal and mined.spm_peak_bytes == 262144  # made to fit by strip-mining
     assert cold < 2.0
     warm = []
@@ -156,12 +156,13 @@ def _leaky_relu_kernel(x_ptr, y_ptr, N: tl.constexpr):
 
 def test_uniform_constants_take_no_scratchpad():
     """`x * 0.01` and `x >= 0` use the constants as scalars: no 0.01 / 0.0 tiles live all kernel long,
-    and the compare/multiply/select stay one fused run (x and the result are the only buffers)."""
+    and the compare/multiply/select stay one fused run whose result takes x's buffer (x is read there for
+    the last time): one buffer."""
     x = torch.randn(64, 64)
     y = torch.empty_like(x)
     k = _leaky_relu_kernel[(1,)](x, y, N=64)
     assert torch.equal(y, torch.where(x >= 0, x, x * 0.01))
-    assert k.metadata.shared == 2 * 64 * 64 * 4
+    assert k.metadata.shared == 64 * 64 * 4
     assert "nmp.const" not in k.asm["nmpir"]
 
 
@@ -196,4 +197,70 @@ def test_scatter_add_of_a_128x128_tile_fits():
     x, val = torch.zeros(64, 128), torch.randn(128 * 128)
     k = _scatter_add_kernel[(1,)](x, val, NUM=128)
     torch.testing.assert_close(x.reshape(-1), val[0::2] + val[1::2])
+    assert k.metadata.shared <= 262144
+
+
+# -- leaner buffers: kernels that fit only when reductions and iotas join the fused runs around them ----
+
+@triton.jit
+def _row_softmax_sum_kernel(x_ptr, w_ptr, s_ptr, R: tl.constexpr, C: tl.constexpr):
+    rows, cols = tl.arange(0, R), tl.arange(0, C)
+    x = tl.load(x_ptr + rows[:, None] * C + cols[None, :])
+    m = tl.max(x, axis=1)
+    w = tl.load(w_ptr + cols)
+    tl.store(s_ptr + rows, tl.sum(tl.exp(x - m[:, None]) * w[None, :], axis=1))
+    tl.store(x_ptr + rows[:, None] * C + cols[None, :], x - m[:, None])
+
+
+@triton.jit
+def _column_dot_kernel(x_ptr, w_ptr, s_ptr, R: tl.constexpr, C: tl.constexpr):
+    rows, cols = tl.arange(0, R), tl.arange(0, C)
+    x = tl.load(x_ptr + rows[:, None] * C + cols[None, :])
+    w = tl.load(w_ptr + rows)
+    tl.store(s_ptr + cols, tl.sum(x * w[:, None] + 1.0, axis=0))
+    tl.store(x_ptr + rows[:, None] * C + cols[None, :], x * 2.0)
+
+
+@triton.jit
+def _masked_square_sum_kernel(x_ptr, s_ptr, i_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+    ok = offs < n
+    tl.store(s_ptr, tl.sum(tl.where(ok, x * x, 0.0), axis=0))
+    tl.store(i_ptr, tl.argmax(tl.where(ok, x * 3.0, -1e30), axis=0))
+
+
+def test_reduction_fused_with_its_run_fits_a_row_block_a_stored_exp_tile_would_not():
+    """exp(x - max) * w is a 128 KiB tile beside the 128 KiB x: it fits only when the row sum combines the
+    elements as the run computes them (a broadcast in the run: the loop nest path)."""
+    R, C = 32, 1024
+    x, w, s = torch.randn(R, C), torch.randn(C), torch.empty(R)
+    x0 = x.clone()
+    k = _row_softmax_sum_kernel[(1,)](x, w, s, R=R, C=C)
+    centered = x0 - x0.max(1, keepdim=True).values
+    torch.testing.assert_close(s, (torch.exp(centered) * w).sum(1), rtol=1e-4, atol=1e-4)
+    assert torch.equal(x, centered)
+    assert "fused = True" in k.asm["nmpir"] and k.metadata.shared <= 262144
+
+
+def test_column_reduction_fused_and_a_later_use_of_the_input():
+    R, C = 128, 256
+    x, w, s = torch.randn(R, C), torch.randn(R), torch.empty(C)
+    x0 = x.clone()
+    k = _column_dot_kernel[(1,)](x, w, s, R=R, C=C)
+    torch.testing.assert_close(s, (x0 * w[:, None] + 1.0).sum(0), rtol=1e-4, atol=1e-3)
+    assert torch.equal(x, x0 * 2.0)
+    assert "fused = True" in k.asm["nmpir"] and k.metadata.shared <= 262144
+
+
+def test_iota_and_reductions_fused_into_one_dimensional_runs():
+    """`offs < n` from an iota and two masked reductions (a sum and an argmax, whose index input is an
+    iota too) over a 32768-element fp32 tile: no index, mask or product tile is stored."""
+    n = 30000
+    x, s, i = torch.randn(n), torch.empty(1), torch.empty(1, dtype=torch.int32)
+    k = _masked_square_sum_kernel[(1,)](x, s, i, n, BLOCK=32768)
+    torch.testing.assert_close(s[0], (x * x).sum(), rtol=1e-4, atol=1e-2)
+    assert int(i[0]) == int((x * 3.0).argmax())
+    nmpir = k.asm["nmpir"]
+    assert "nmp.iota  {start = 0, axis = 0, fused = True}" in nmpir and "strip_mined" not in nmpir
     assert k.metadata.shared <= 262144
