@@ -31,7 +31,8 @@ from __future__ import annotations
 import functools
 from importlib.metadata import EntryPoint, entry_points
 
-__all__ = ["CPU_ENTRY", "triton_name", "foreign_cpu_backend", "cpu_entry_registered", "owns_cpu_name"]
+__all__ = ["CPU_ENTRY", "triton_name", "foreign_cpu_backend", "cpu_entry_registered", "owns_cpu_name",
+           "foreign_backend_class"]
 
 CPU_ENTRY = "triton_nmp.cpu_backend"  # our `triton.backends` entry point value for the name "cpu"
 
@@ -49,6 +50,18 @@ def foreign_cpu_backend() -> EntryPoint | None:
 def cpu_entry_registered() -> bool:
     """Our "cpu" entry point is installed (an install older than it has only "nmp": reinstall to get it)."""
     return any(ep.value == CPU_ENTRY for ep in _cpu_entries())
+
+
+def foreign_backend_class(module: str, base: type) -> type | None:
+    """The other "cpu" backend's class in its `compiler` or `driver` module (Triton's lookup), or None."""
+    ep = foreign_cpu_backend()
+    if ep is None:
+        return None
+    import importlib
+
+    from triton.backends import _find_concrete_subclasses
+
+    return _find_concrete_subclasses(importlib.import_module(f"{ep.value}.{module}"), base)
 
 
 def owns_cpu_name() -> bool:

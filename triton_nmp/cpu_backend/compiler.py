@@ -6,21 +6,14 @@ nmp target (`triton_nmp.target_registry`). When another backend owns "cpu", this
 compiler class instead (Triton takes the one concrete `BaseBackend` subclass it finds here).
 """
 
-import importlib as _importlib
-
+from triton.backends.compiler import BaseBackend as _BaseBackend
 from triton.backends.compiler import GPUTarget as _GPUTarget
 
-from triton_nmp.triton_name import foreign_cpu_backend as _foreign_cpu_backend
+from triton_nmp.triton_name import foreign_backend_class as _foreign_backend_class
 
-_foreign = _foreign_cpu_backend()
-
-if _foreign is not None:
-    from triton.backends import BaseBackend as _BaseBackend
-    from triton.backends import _find_concrete_subclasses
-
-    _cls = _find_concrete_subclasses(_importlib.import_module(f"{_foreign.value}.compiler"), _BaseBackend)
-    globals()[_cls.__name__] = _cls
-    del _cls  # Triton looks for exactly one backend class in this module
+_cls = _foreign_backend_class("compiler", _BaseBackend)
+if _cls is not None:
+    globals()[_cls.__name__] = _cls  # another package owns "cpu": Triton finds its compiler here
 else:
     from triton_nmp.backend import compiler as _nmp_compiler
 
@@ -39,3 +32,5 @@ else:
             # process (a compile worker's parent) is loaded from the registry. The stages read the spec back
             # from the options' arch.
             super().__init__(_GPUTarget("cpu", target_arch(target_registry.resolve(str(target.arch))), 1))
+
+del _cls  # Triton takes the one backend class it finds in this module

@@ -6,20 +6,15 @@ requires exactly one. Inductor activates it explicitly (`set_driver_to_cpu`). Wh
 this module exposes that backend's driver class instead.
 """
 
-import importlib as _importlib
 import os as _os
 
-from triton_nmp.triton_name import foreign_cpu_backend as _foreign_cpu_backend
+from triton.backends.driver import DriverBase as _DriverBase
 
-_foreign = _foreign_cpu_backend()
+from triton_nmp.triton_name import foreign_backend_class as _foreign_backend_class
 
-if _foreign is not None:
-    from triton.backends import DriverBase as _DriverBase
-    from triton.backends import _find_concrete_subclasses
-
-    _cls = _find_concrete_subclasses(_importlib.import_module(f"{_foreign.value}.driver"), _DriverBase)
-    globals()[_cls.__name__] = _cls
-    del _cls  # Triton looks for exactly one backend class in this module
+_cls = _foreign_backend_class("driver", _DriverBase)
+if _cls is not None:
+    globals()[_cls.__name__] = _cls  # another package owns "cpu": Triton finds its driver here
 else:
     from triton_nmp.driver import driver as _nmp_driver
 
@@ -29,3 +24,5 @@ else:
         @staticmethod
         def is_active() -> bool:
             return _os.environ.get("TRITON_DEFAULT_BACKEND") == "cpu"
+
+del _cls  # Triton takes the one backend class it finds in this module
