@@ -195,23 +195,26 @@ def plot_breakdown(results: list[RunResult], path: str) -> None:
                 return label
         return "other"
 
-    bars, kinds = [], ["matmul templates", "persistent reductions", "reductions", "pointwise", "other"]
-    for r in results:
-        for step, s, unit in (("prefill", r.prefill, 1e3), ("decode", r.decode, 1e6)):
+    kinds = ["matmul templates", "persistent reductions", "reductions", "pointwise", "other"]
+    steps = (("prefill", "ms", 1e3), ("decode", "us per token", 1e6))
+    fig, axes = plt.subplots(1, 2, figsize=(max(7, 2.4 * len(results) + 3), 4.5))
+    for ax, (step, unit, scale) in zip(axes, steps):
+        labels, per_kind = [], {k: [] for k in kinds}
+        for r in results:
             per = {k: 0.0 for k in kinds}
-            for name, sec in s.kernels:
-                per[kind(name)] += sec * unit
-            bars.append((f"{r.model}\n{r.mode}\n{step} ({'ms' if unit == 1e3 else 'us'})", per))
-    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(bars)), 4.5))
-    bottom = [0.0] * len(bars)
-    for k in kinds:
-        vals = [b[1][k] for b in bars]
-        ax.bar(range(len(bars)), vals, bottom=bottom, label=k)
-        bottom = [x + y for x, y in zip(bottom, vals)]
-    ax.set_xticks(range(len(bars)), [b[0] for b in bars], fontsize=7)
-    ax.set_ylabel("simulated time (ms prefill, us decode)")
-    ax.set_title("LLM steps on nmp: simulated time by Inductor kernel kind")
-    ax.legend(fontsize=7)
+            for name, sec in getattr(r, step).kernels:
+                per[kind(name)] += sec * scale
+            labels.append(f"{r.model}\n{r.mode}\n{r.dtype}")
+            for k in kinds:
+                per_kind[k].append(per[k])
+        bottom = [0.0] * len(results)
+        for k in kinds:
+            ax.bar(range(len(results)), per_kind[k], bottom=bottom, label=k)
+            bottom = [x + y for x, y in zip(bottom, per_kind[k])]
+        ax.set_xticks(range(len(results)), labels, fontsize=7)
+        ax.set_ylabel(f"simulated {unit}")
+        ax.set_title(f"{step}: simulated time by Inductor kernel kind", fontsize=9)
+    axes[0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
