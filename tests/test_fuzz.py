@@ -52,7 +52,8 @@ def test_generator_is_deterministic_and_its_programs_are_valid() -> None:
         exps = expected(p, data)
         assert set(exps) == set(data.outputs)
         features |= {t.split(":")[0] + ":" + t.split(":")[1].split("->")[0] for t in p.notes if ":" in t}
-    for needed in ("dot:int8", "dot:float16", "dot:bfloat16", "dot:float32", "dot:float64", "loop:while",
+    for needed in ("dot:int8", "dot:float16", "dot:bfloat16", "dot:float32", "dot:float64", "dot:float8e5",
+                   "dot:float8e4nv", "loop:while",
                    "loop:range", "loop:for", "atomic:add", "atomic:max", "atomic:min", "atomic:xchg", "atomic:cas",
                    "scan:cumsum", "scan:cumprod", "reduce:sum", "reduce:argmax", "reduce:comb_argmax",
                    "load:bfloat16", "load:uint64", "load:int8", "carried_ptr:", "math:exp"):

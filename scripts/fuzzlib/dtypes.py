@@ -39,7 +39,7 @@ class DType:
     @property
     def mantissa(self) -> int:
         """Significand bits including the implicit one (floats)."""
-        return {"float16": 11, "bfloat16": 8, "float32": 24, "float64": 53}[self.name]
+        return {"float16": 11, "bfloat16": 8, "float32": 24, "float64": 53, "float8e5": 3, "float8e4nv": 4}[self.name]
 
     @property
     def unit_roundoff(self) -> float:
@@ -60,11 +60,13 @@ _ALL = [
     DType("uint32", "uint", 32, torch.uint32), DType("uint64", "uint", 64, torch.uint64),
     DType("float16", "float", 16, torch.float16), DType("bfloat16", "float", 16, torch.bfloat16),
     DType("float32", "float", 32, torch.float32), DType("float64", "float", 64, torch.float64),
+    DType("float8e5", "float", 8, torch.float8_e5m2), DType("float8e4nv", "float", 8, torch.float8_e4m3fn),
 ]
 DTYPES: dict[str, DType] = {d.name: d for d in _ALL}
 INTS = [d for d in _ALL if d.kind == "int"]
 UINTS = [d for d in _ALL if d.kind == "uint"]
 FLOATS = [d for d in _ALL if d.kind == "float"]
+FP8 = ("float8e5", "float8e4nv")  # generated only as tl.dot operands
 BOOL = DTYPES["int1"]
 F32 = DTYPES["float32"]
 I32 = DTYPES["int32"]

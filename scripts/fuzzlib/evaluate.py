@@ -580,6 +580,8 @@ class Evaluator:
             unc = or_unc(unc, c.unc)
         rr = r.to(out.torch)
         err = 2 * (k + 1) * acc_u * mag + ulp_bound(rr, out.name)
+        if e.precision == "tf32":  # inputs rounded (or truncated) to 10 mantissa bits: 2**-10 each, both sides
+            err = err + 4 * 2.0 ** -10 * (ad.abs() @ bd.abs())
         err = add_err(err, err_prop)
         return self._finite(RV(rr, out, err, unc))
 

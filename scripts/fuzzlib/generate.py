@@ -42,7 +42,7 @@ from .typecheck import VT, check, infer
 
 ELEM_DTYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "bfloat16",
                "float32", "float64"]
-DOT_DTYPES = ["int8", "float16", "bfloat16", "float32", "float64"]
+DOT_DTYPES = ["int8", "float16", "bfloat16", "float32", "float64", "float8e5", "float8e4nv"]
 MATH = ["exp", "exp2", "log", "log2", "sin", "cos", "sqrt", "sqrt_rn", "rsqrt", "erf", "floor", "ceil"]
 MAX_ELEMS = 1024
 
@@ -105,12 +105,15 @@ class Gen:
 
     def load(self, dims: tuple[str, ...], dtype: str | None = None, along: str | None = None) -> Var:
         dtype = dtype or self.dtype()
-        masked = self.chance(0.6) and bool(dims)
+        fp8 = dtype.startswith("float8")
+        masked = self.chance(0.6) and bool(dims) and not fp8
         ld = Load(self.n_in, dtype, dims, masked, self.other_for(dtype) if masked else 0, along,
                   carried_ptr=along is not None and self.chance(0.5),
                   evict=self.rng.choice(["", "", "", "evict_last", "evict_first"]))
         self.n_in += 1
         self.tags.add(f"load:{dtype}")
+        if fp8:  # fp8 values only feed tl.dot
+            return self.bind(ld, pool=False)
         if masked:
             self.tags.add("mask")
         if ld.carried_ptr:
@@ -259,14 +262,15 @@ class Gen:
         self.tags.add(f"dot:{dtype}")
         a = self.load(("M", "K"), dtype)
         b = self.load(("K", "N"), dtype)
-        if self.chance(0.3):  # an elementwise prologue, cast back to the operand type
+        if self.chance(0.3) and not dtype.startswith("float8"):  # a prologue, cast back to the operand type
             a = self.bind(Cast(Bin("+", a, Const(1 if dtype == "int8" else 0.5)), dtype))
         out_dtype = "float16" if dtype == "float16" and self.chance(0.2) else None
+        precision = "tf32" if dtype == "float32" and self.chance(0.3) else None
         acc = None
         if self.chance(0.4):
             res = infer(Dot(a, b, None, out_dtype), self.env).dtype
             acc = self.bind(Cast(self.leaf(("M", "N")), res), pool=False)
-        self.bind(Dot(a, b, acc, out_dtype))
+        self.bind(Dot(a, b, acc, out_dtype, precision))
 
     def act_loop(self, dims_choices) -> None:
         kind = self.rng.choice(["for", "range", "while"])

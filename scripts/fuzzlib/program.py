@@ -92,6 +92,7 @@ class Dot:
     b: Expr
     acc: Expr | None = None
     out_dtype: str | None = None  # tl.dot(..., out_dtype=) (fp16 inputs only)
+    precision: str | None = None  # input_precision of fp32 dots: "ieee" (default here) or "tf32"
 
 
 @dataclass(frozen=True)

@@ -105,7 +105,7 @@ class Renderer:
                 args.append(self.expr(e.acc))
             from .typecheck import infer
             if infer(e.a, self.env_types).dtype == "float32":
-                args.append('input_precision="ieee"')
+                args.append(f'input_precision="{e.precision or "ieee"}"')
             if e.out_dtype is not None:
                 args.append(f"out_dtype=tl.{e.out_dtype}")
             return f"tl.dot({', '.join(args)})"

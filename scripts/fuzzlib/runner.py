@@ -121,11 +121,41 @@ def _child(mode: str, case_dir: Path) -> None:
     (case_dir / f"status_{mode}.json").write_text(json.dumps(status))
 
 
+_WARMUP = """import triton
+import triton.language as tl
+
+
+@triton.jit
+def warm(x, y, N: tl.constexpr):
+    tl.store(y + tl.arange(0, N), tl.load(x + tl.arange(0, N)) + 1)
+"""
+
+
+def _warm_up() -> None:
+    """Compile and run one tiny kernel in the server, so every child starts with Triton's source hash
+    (`triton_key`, half a second), the backend's imports and an LLVM worker already there. The worker
+    is shared by the children one at a time (the server forks the next child only after the previous
+    one ended); a child killed mid-request could leave it half-answered, so the server exits after a
+    timeout or crash and the client starts a fresh one."""
+    import importlib.util
+    import tempfile
+
+    import torch
+    path = Path(tempfile.mkdtemp(prefix="fuzz_warm_")) / "warm.py"
+    path.write_text(_WARMUP)
+    spec = importlib.util.spec_from_file_location("fuzz_warm", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    x = torch.zeros(8)
+    mod.warm[(1,)](x, torch.empty(8), N=8)
+
+
 def _serve(mode: str) -> None:
     import torch  # noqa: F401
     import triton  # noqa: F401
     if mode == "nmp":
         import triton_nmp  # noqa: F401
+        _warm_up()
     torch.set_num_threads(1)
     out = sys.stdout
     sys.stdout = sys.stderr
@@ -177,6 +207,8 @@ def _serve(mode: str) -> None:
         result["seconds"] = round(time.monotonic() - t0, 3)
         out.write(json.dumps(result) + "\n")
         out.flush()
+        if result["status"] in ("timeout", "crash"):
+            return  # shared helpers may be in any state: the client starts a fresh server
 
 
 if __name__ == "__main__":

@@ -223,6 +223,8 @@ def infer(e, env: dict[str, VT]) -> VT:
         if a.dtype != b.dtype:
             raise TypeError("dot operands of different types")
         out = dot_result_dtype(a.dtype, e.out_dtype)
+        if e.precision is not None and a.dtype != "float32":
+            raise TypeError("input_precision only for fp32 dots here")
         if e.acc is not None:
             acc = infer(e.acc, env)
             if acc.dtype != out or acc.dims != (a.dims[0], b.dims[1]):
@@ -241,6 +243,10 @@ def dot_result_dtype(operand: str, out_dtype: str | None) -> str:
         if out_dtype is not None:
             raise TypeError("int8 dot with out_dtype")
         return "int32"
+    if operand in ("float8e5", "float8e4nv"):
+        if out_dtype is not None:
+            raise TypeError("fp8 dot with out_dtype")
+        return "float32"
     if operand in ("float16", "bfloat16", "float32"):
         if out_dtype is not None and (operand != "float16" or out_dtype not in ("float16", "float32")):
             raise TypeError("out_dtype only for fp16 dots")

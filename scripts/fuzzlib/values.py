@@ -28,9 +28,10 @@ from .dtypes import DType, dt
 
 LIBM_ULPS = {"exp": 2, "exp2": 2, "log": 2, "log2": 2, "sin": 2, "cos": 2, "erf": 2, "rsqrt": 2, "sqrt": 1,
              "sqrt_rn": 0, "sigmoid": 4, "floor": 0, "ceil": 0}
-_TINY = {"float16": 2.0 ** -24, "bfloat16": 2.0 ** -133, "float32": 2.0 ** -149, "float64": 2.0 ** -1074}
+_TINY = {"float16": 2.0 ** -24, "bfloat16": 2.0 ** -133, "float32": 2.0 ** -149, "float64": 2.0 ** -1074,
+         "float8e5": 2.0 ** -16, "float8e4nv": 2.0 ** -9}
 _MAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38, "float32": 3.4028234663852886e38,
-        "float64": 1.7976931348623157e308}
+        "float64": 1.7976931348623157e308, "float8e5": 57344.0, "float8e4nv": 448.0}
 
 
 @dataclass
