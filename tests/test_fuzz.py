@@ -149,19 +149,20 @@ def runner(tmp_path_factory):
     r.close()
 
 
+SMOKE = [("dot:kloop", "grid"), ("atomic:cas", "grid"), ("bf16", "loop:while"), ("scan:cumsum", "reduce:sum"),
+         ("layout:transposed", "carried_ptr")]
+
+
 def test_smoke_run_has_no_nmp_failures(runner) -> None:
-    """Four generated kernels on nmp against the interpreter and the torch oracle: atomics (cas, max)
-    over 3 programs; a K-loop fp32 dot; bf16 with a loop, a reduction and a cumsum (torch only); a loop
-    with a sum and a scan. Nothing nmp-attributable, and every output element compared or counted."""
-    seeds = [0, 5, 20, 56]
-    tags = set()
-    for seed in seeds:
-        p = generate(seed)
-        tags |= set(p.notes)
-        r = runner.run(p, seed=seed)
+    """Five generated kernels, the first seeds with: a K-loop dot over several programs; atomic_cas
+    over several programs; bf16 in a while loop (torch oracle only); a cumsum and a sum; a transposed
+    input walked by a loop-carried pointer. On nmp against the interpreter and the torch oracle:
+    nothing nmp-attributable, and output elements were compared."""
+    for group in SMOKE:
+        seed = next(s for s in range(1000) if set(group) <= set(generate(s).notes))
+        r = runner.run(generate(seed), seed=seed)
         assert r.cls not in ATTRIBUTABLE, (seed, r.cls, r.reason, r.detail[:2000])
-        assert r.checked > 0
-    assert {"atomic:cas", "dot:kloop", "bf16", "scan:cumsum", "loop:for"} <= tags
+        assert r.checked > 0, (seed, r.cls, r.detail[:500])
 
 
 def test_a_mismatch_is_caught_end_to_end(runner, monkeypatch) -> None:

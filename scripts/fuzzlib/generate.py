@@ -130,7 +130,7 @@ class Gen:
 
     def leaf(self, dims: tuple[str, ...]):
         same = self.vars_with(lambda t: t.dims == dims)
-        if same and self.chance(0.85):
+        if same and self.chance(0.85 if len(same) > 2 else 0.6):
             return Var(self.rng.choice(same))
         if len(dims) == 2:
             for axis, dim in ((1, dims[0]), (0, dims[1])):
@@ -187,6 +187,8 @@ class Gen:
             self.tags.add(f"cast:{ta.dtype}->{target}")
             return Cast(a, target)
         b = self.expr(dims, depth - 1)
+        if b == a:  # x - x, x != x: degenerate, one more draw
+            b = self.expr(dims, depth - 1)
         if kind == "bin":
             return Bin(self.rng.choice(["+", "-", "*"]), a, b)
         if kind == "div":
@@ -346,13 +348,22 @@ class Gen:
             self.env.pop(n, None)
         self.stmts.append(loop)
 
+    def sinks(self) -> list[str]:
+        """Pool values nothing reads yet: writing them keeps the generated code live."""
+        from .program import stmt_exprs, walk_exprs, walk_stmts
+        exprs = [e for st in walk_stmts(self.stmts) for e in
+                 ([i for _, i in st.carried] if isinstance(st, Loop) else stmt_exprs(st))]
+        used = {x.name for e in exprs for x in walk_exprs(e) if isinstance(x, Var)}
+        return [n for n in self.pool if n not in used]
+
     def write(self, dims_any=None, atomic_only: bool = False) -> None:
         cands = [n for n in self.pool if "1" not in self.env[n].dims]
         if dims_any is not None:
             cands = [n for n in cands if self.env[n].dims == dims_any] or cands
         if not cands:
             return
-        name = self.rng.choice(cands)
+        live = [n for n in self.sinks() if n in cands]
+        name = self.rng.choice(live if live and self.chance(0.9) else cands)
         t = self.env[name]
         if atomic_only or self.chance(0.25):
             op = self.rng.choice(["add", "add", "max", "min", "xchg", "cas"])
@@ -425,7 +436,9 @@ def _try_generate(seed: int, no_bf16: bool) -> Program | None:
             g.act_kloop_dot()
         elif step == "loop":
             g.act_loop([main, ("M", "N"), ("K",), ("N",)])
-    for _ in range(rng.randint(1, 3)):
+    for k in range(4):
+        if k >= 1 and not g.sinks() or k >= 2 and rng.random() < 0.5:
+            break
         g.write(atomic_only=recipe == "atomic" and rng.random() < 0.7)
     grid = rng.choice([1, 1, 1, 2, 3])
     grid_dim = rng.choice([None, "M"]) if grid > 1 else None
@@ -443,9 +456,11 @@ def _try_generate(seed: int, no_bf16: bool) -> Program | None:
         check(p)
     except TypeError:
         return None
-    if any(d == "bfloat16" for d in _dtypes_of(p)):
-        p = _with_tag(p, "bf16")
-    return p
+    from dataclasses import replace
+
+    from .features import features
+    recipe_tag = {t for t in g.tags if t.startswith("recipe:")}
+    return replace(p, notes=tuple(sorted(features(p) | recipe_tag)))
 
 
 def _dtypes_of(p: Program) -> set[str]:
@@ -465,11 +480,6 @@ def _dtypes_of(p: Program) -> set[str]:
 
 def uses_bf16(p: Program) -> bool:
     return "bfloat16" in _dtypes_of(p)
-
-
-def _with_tag(p: Program, tag: str) -> Program:
-    from dataclasses import replace
-    return replace(p, notes=tuple(sorted(set(p.notes) | {tag})))
 
 
 __all__ = ["generate", "uses_bf16", "DTYPES"]
