@@ -26,7 +26,7 @@ from triton_nmp.abi import (
     TRACE_WORDS,
 )
 
-from .codegen_scalar import I1, I8, I64, compute_type, storage_type, to_compute, to_storage
+from .codegen_scalar import I1, I8, I64, compute_type, narrow_constant, storage_type, to_compute, to_storage
 from .codegen_watchdog import tick as watchdog_tick
 from .ir import Func, Op, Ty, Value
 from .loop_cost import use_counts
@@ -62,7 +62,7 @@ def _const(t: Ty, value) -> ir.Constant:
         if ct.width == 1:
             v = 1 if v else 0
         return ir.Constant(ct, v)
-    return ir.Constant(ct, float(value))
+    return ir.Constant(ct, narrow_constant(float(value), t.elem))
 
 
 

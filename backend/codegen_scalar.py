@@ -10,6 +10,9 @@ trapping, so garbage in masked-off lanes can never crash the simulator.
 
 from __future__ import annotations
 
+import math
+import struct
+
 from llvmlite import ir
 
 from . import fp8
@@ -87,6 +90,24 @@ def round_to(b: ir.IRBuilder, v: ir.Value, t: Ty) -> ir.Value:
     if t.elem in ("f16", "bf16") or t.elem in fp8.FORMATS:
         return to_compute(b, to_storage(b, v, t), t)
     return v
+
+
+def narrow_constant(value: float, elem: str) -> float:
+    """A float constant as an fp16/bf16 value holds it. TTIR prints such constants as short decimals
+    (bf16 0.1, which is 0.10009765625, prints as `1.000980e-01`); computing with the decimal instead of
+    the type's value rounds ties the other way (bf16 -0.125 - 0.1 gave -0.2256, not -0.2246)."""
+    if value != value or value in (math.inf, -math.inf):
+        return value
+    try:
+        if elem == "f16":
+            return struct.unpack("<e", struct.pack("<e", value))[0]
+        if elem == "bf16":
+            bits = struct.unpack("<I", struct.pack("<f", value))[0]
+            bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+            return struct.unpack("<f", struct.pack("<I", bits))[0]
+    except OverflowError:
+        return math.copysign(math.inf, value)
+    return value
 
 
 def _intrinsic(b: ir.IRBuilder, name: str, args: list[ir.Value], ty: ir.Type | None = None) -> ir.Value:

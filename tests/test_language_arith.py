@@ -237,6 +237,27 @@ def test_bf16_arithmetic_matches_torch() -> None:
     assert_same(out[2 * N:], torch.maximum(x, y), what="max")
 
 
+@triton.jit
+def narrow_const_kernel(x_ptr, o_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    tl.store(o_ptr + offs, x - 0.1)
+    tl.store(o_ptr + BLOCK + offs, x * 0.3)
+
+
+@pytest.mark.parametrize("dt", [torch.float16, torch.bfloat16])
+def test_narrow_float_constants_are_the_types_values(dt: torch.dtype) -> None:
+    """`x - 0.1` on an fp16/bf16 tensor subtracts 0.1 as the narrow type holds it (Triton converts the
+    scalar to the tensor's type first); TTIR prints it as a short decimal (bf16 `1.000980e-01`), and
+    computing with that decimal rounded ties the other way: bf16 -0.125 - 0.1 gave -0.2256 instead of
+    -0.2246 (found by scripts/fuzz.py, seed 346). Every value on a 1/64 grid in [-4, 4)."""
+    x = (torch.arange(-256, 256) / 64).to(dt)
+    out = run_nmp(narrow_const_kernel, (1,), x, torch.zeros(2 * 512, dtype=dt), BLOCK=512)[1]
+    c1, c3 = torch.tensor(0.1).to(dt).float(), torch.tensor(0.3).to(dt).float()
+    assert_same(out[:512], (x.float() - c1).to(dt), what="x - 0.1")
+    assert_same(out[512:], (x.float() * c3).to(dt), what="x * 0.3")
+
+
 @pytest.mark.parametrize("src,dst", [(torch.float32, torch.int32), (torch.int32, torch.float32),
                                      (torch.float16, torch.int16), (torch.int64, torch.float64),
                                      (torch.uint8, torch.int8), (torch.float64, torch.int64),
