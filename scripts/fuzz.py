@@ -5,6 +5,7 @@
     python scripts/fuzz.py --summary --out fuzz-out                     # its triage figures
     python scripts/fuzz.py --show 1234                                  # print the program of a seed
     python scripts/fuzz.py --one 1234 --keep                            # run one seed, keep its folder
+    python scripts/fuzz.py --count 10000 --out fuzz-out --rerun mismatch,torch_differs   # after a fix
 
 Each kernel is generated from its seed (`scripts/fuzzlib/generate.py`), run in a forked process per
 kernel on nmp and under the interpreter (`--timeout` seconds each, the process group killed after),
@@ -41,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--show", type=int, metavar="SEED", help="print the kernel of a seed and stop")
     ap.add_argument("--one", type=int, metavar="SEED", help="run one seed and print its result")
     ap.add_argument("--keep", action="store_true", help="with --one: keep the case folder")
+    ap.add_argument("--rerun", metavar="CLASSES", help="comma-separated classes whose seeds run again (after a fix)")
     a = ap.parse_args(argv)
     if a.show is not None:
         p = generate(a.show)
@@ -55,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
             runner.close()
         print(f"seed {a.one}: {r.cls} {r.reason}\n{r.detail}")
         return 1 if r.attributable else 0
+    if a.rerun:
+        print(f"running {campaign.forget(a.out, set(a.rerun.split(',')))} seeds again")
     if not a.summary:
         new = campaign.run(a.out, a.seed, a.count, a.timeout, not a.no_minimise, a.save_all)
         print(f"ran {len(new)} kernels")

@@ -32,6 +32,18 @@ def done_seeds(results: Path) -> set[int]:
     return out
 
 
+def forget(out: Path, classes: set[str]) -> int:
+    """Drop the results of these classes (kept in results.jsonl.bak), so a run does those seeds again:
+    after a fix in nmp or in the oracle."""
+    results = out / "results.jsonl"
+    lines = results.read_text().splitlines()
+    keep = [line for line in lines if line.strip() and json.loads(line)["cls"] not in classes]
+    with (out / "results.jsonl.bak").open("a") as f:
+        f.write("\n".join(line for line in lines if line not in keep) + "\n")
+    results.write_text("".join(line + "\n" for line in keep))
+    return len(lines) - len(keep)
+
+
 def run(out: Path, start: int, count: int, timeout: float, minimise_failures: bool = True,
         save_all: bool = False, log=print) -> list[CaseResult]:
     out.mkdir(parents=True, exist_ok=True)

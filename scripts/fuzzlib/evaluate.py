@@ -405,7 +405,7 @@ class Evaluator:
             t = dt(infer(e, self.types).dtype)
             c = int(e.args[1].value)
             x = self.cast(a, t).v
-            r = _int_divmod("//", x + (c - 1), torch.full_like(x, c), t)
+            r = _int_divmod("//", wrap(x + (c - 1), t), torch.full_like(x, c), t)  # (x + c - 1) wraps first
             return RV(wrap(r, t), t, None, a.unc)
         if e.fn == "umulhi":
             a, b = (self.expr(x) for x in e.args)
