@@ -214,9 +214,12 @@ class Evaluator:
         if e.op in ("<", "<=", ">", ">=", "==", "!="):
             ct = computation_type(ta.d, tb.d, False, sa, sb)
             return self.compare(e.op, self.operand(e.a, ct), self.operand(e.b, ct), ct)
-        return self.arith(e.op, self.operand(e.a, res), self.operand(e.b, res), res)
+        # `>>` is arithmetic when the left operand is signed, whatever type the operands are promoted to
+        # (core.tensor.__rshift__ picks ashr/lshr from self.dtype): int8 >> uint8 shifts uint8 bits arithmetically
+        ashr = e.op == ">>" and (ta.d.signed or isinstance(e.a, Const))
+        return self.arith(e.op, self.operand(e.a, res), self.operand(e.b, res), res, ashr)
 
-    def arith(self, op: str, a: RV, b: RV, d: DType) -> RV:
+    def arith(self, op: str, a: RV, b: RV, d: DType, ashr: bool = False) -> RV:
         unc = or_unc(a.unc, b.unc)
         if d.kind == "bool" or d.is_int:
             x, y = a.v.to(torch.int64), b.v.to(torch.int64)
@@ -238,7 +241,7 @@ class Evaluator:
                 r = torch.where((y >= 0) & (y < d.bits), x << y.clamp(0, 63), torch.zeros_like(x))
                 unc = or_unc(unc, (y < 0) | (y >= d.bits))
             elif op == ">>":
-                r = _shift_right(x, y, d)
+                r = _shift_right(x, y, d, ashr)
                 unc = or_unc(unc, (y < 0) | (y >= d.bits))
             else:
                 raise TypeError(f"integer {op}")
@@ -653,9 +656,12 @@ def _int_divmod(op: str, x: torch.Tensor, y: torch.Tensor, d: DType) -> torch.Te
     return torch.fmod(x, y_safe)
 
 
-def _shift_right(x: torch.Tensor, y: torch.Tensor, d: DType) -> torch.Tensor:
+def _shift_right(x: torch.Tensor, y: torch.Tensor, d: DType, ashr: bool) -> torch.Tensor:
     y = y.clamp(0, 63)
-    if d.signed or d.kind == "bool" or d.bits < 64:
+    if ashr and d.kind == "uint" and d.bits < 64:  # the bit pattern shifted as a signed number
+        half = 1 << (d.bits - 1)
+        return ((x + half) % (2 * half) - half) >> y
+    if ashr or d.signed or d.kind == "bool" or d.bits < 64:
         return x >> y  # unsigned values below 64 bits are non-negative in int64
     logical = (x >> y) & torch.where(y == 0, torch.full_like(y, -1), (1 << (64 - y).clamp(max=63)) - 1)
     return torch.where(x < 0, logical, x >> y)

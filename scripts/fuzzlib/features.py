@@ -1,12 +1,29 @@
 """The features a program exercises, read from its live code (after dead-statement removal), for the
 coverage table of a run: `load:<dtype>`, `cast:<from>-><to>`, `math:<fn>`, `reduce:<op>`,
 `scan:<op>`, `dot:<dtype>`, `dot:kloop`, `loop:<kind>`, `atomic:<op>`, `mask`, `carried_ptr`,
-`layout:<kind>`, `grid`, `bf16`."""
+`layout:<kind>`, `grid`, `bf16`, `shift:ashr-unsigned` (a signed value shifted right in an unsigned
+type: arithmetically, as TTIR says; the interpreter shifts logically)."""
 
 from __future__ import annotations
 
 from .layout import load_sites
-from .program import Atomic, Cast, Dot, Full, Let, Load, Loop, Program, Reduce, Scan, Un, stmt_exprs, walk_exprs
+from .program import (
+    Atomic,
+    Bin,
+    Cast,
+    Const,
+    Dot,
+    Full,
+    Let,
+    Load,
+    Loop,
+    Program,
+    Reduce,
+    Scan,
+    Un,
+    stmt_exprs,
+    walk_exprs,
+)
 from .typecheck import infer
 
 
@@ -42,6 +59,9 @@ def features(p: Program) -> set[str]:
                 tags.add("mask")
             if x.carried_ptr and x.along:
                 tags.add("carried_ptr")
+        elif isinstance(x, Bin) and x.op == ">>":
+            if (infer(x.a, env).d.signed or isinstance(x.a, Const)) and infer(x, env).d.kind == "uint":
+                tags.add("shift:ashr-unsigned")
         elif isinstance(x, Cast):
             tags.add(f"cast:{infer(x.a, env).dtype}->{x.dtype}")
         elif isinstance(x, Un) and x.op not in ("neg", "abs", "invert"):

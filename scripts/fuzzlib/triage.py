@@ -8,7 +8,8 @@ every reference that ran).
 Not attributable, each classified and counted, never dropped: `ok`; `invalid` (Triton's front end
 rejects the program in both modes: a generator bug); `interp_differs` (nmp agrees with torch, the
 interpreter does not; the reason names the known interpreter behaviour when it is one: fp16
-partial sums in numpy's cumsum/axis-0 sum, float->int casts that wrap); `interp_error` (the
+partial sums in numpy's cumsum/axis-0 sum, float->int casts that wrap, `int8 >> uint8` shifted
+logically where TTIR's `arith.shrsi` shifts arithmetically); `interp_error` (the
 interpreter cannot run what nmp and torch agree on); `torch_differs` (nmp agrees with the
 interpreter, the torch oracle does not: an oracle gap to look at); `oracle_error` (the torch
 oracle raised; nmp was compared with the interpreter under a fallback tolerance and agreed).
@@ -47,6 +48,8 @@ class CaseResult:
 
 def known_interp_reason(tags: list[str]) -> str:
     """The documented interpreter behaviour a disagreement most likely comes from."""
+    if "shift:ashr-unsigned" in tags:
+        return "interp-lshr-for-ashr"  # numpy right_shift on the promoted unsigned array shifts logically
     narrow = any(t in tags for t in ("load:float16", "cast:float32->float16", "cast:float64->float16"))
     if narrow and any(t.startswith(("scan:", "reduce:sum", "reduce:comb_add", "dot:float16")) for t in tags):
         return "interp-fp16-partials"  # numpy cumsum / axis-0 sum / generic reduce round each partial to fp16
