@@ -196,3 +196,16 @@ def test_repro_script_runs_standalone(tmp_path) -> None:
     proc = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "outputs match the torch oracle" in proc.stdout
+
+
+def test_minimiser_terminates_on_a_loop_whose_update_is_the_value_itself() -> None:
+    """Unrolling `for ...: acc = acc` gives `acc = acc`; copy propagation must not chase that alias
+    forever (it hung a long run at seed 731)."""
+    from scripts.fuzzlib.program import Full, Loop
+    loop = Loop("for", 2, False, (("acc", Full(1, "int32", ("M",))),),
+                (Let("x", Load(0, "int32", ("M",), along="M")),), (("acc", Var("acc")),))
+    p = Program((("M", 4), ("N", 1), ("K", 1)), (("M", 8), ("N", 1), ("K", 1)),
+                (loop, Store(0, Var("acc")), Store(1, Var("acc"))), layouts=("contig",))
+    small, runs = minimise_with(p, lambda q: True, max_runs=40)
+    check(small)
+    assert runs <= 40

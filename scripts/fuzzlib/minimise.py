@@ -13,6 +13,7 @@ predicate (the unit tests plant one).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 
@@ -263,10 +264,15 @@ def _map_program(p: Program, f) -> Program:
 def dce(p: Program) -> Program:
     """Drop `Let`s nothing reads (repeatedly), carried values read only by their own update, and loops
     left with nothing carried and nothing written."""
-    aliases = {s.name: s.expr for s in walk_stmts(p.body) if isinstance(s, Let) and isinstance(s.expr, Var)}
-    if aliases:  # v2 = v1: read v1 instead (the Let then dies)
+    defs = Counter(s.name for s in walk_stmts(p.body) if isinstance(s, Let))
+    carried = {n for s in walk_stmts(p.body) if isinstance(s, Loop) for n, _ in s.carried}
+    aliases = {s.name: s.expr for s in walk_stmts(p.body) if isinstance(s, Let) and isinstance(s.expr, Var)
+               and defs[s.name] == 1 and s.name not in carried and defs[s.expr.name] <= 1}
+    if aliases:  # v2 = v1, each defined once: read v1 instead (the Let then dies)
         def resolve(e):
-            while isinstance(e, Var) and e.name in aliases:
+            seen = set()
+            while isinstance(e, Var) and e.name in aliases and e.name not in seen:
+                seen.add(e.name)
                 e = aliases[e.name]
             return e
         p = _map_program(p, resolve)
