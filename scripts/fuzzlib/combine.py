@@ -62,12 +62,25 @@ def _bit_or_cum(x: torch.Tensor, axis: int) -> torch.Tensor:
     return out
 
 
+def nan_ignoring(x: torch.Tensor, axis: int, is_max: bool) -> torch.Tensor:
+    """max/min along an axis as tl.maximum/minimum combine (maxnum/minnum): NaN only if all are NaN."""
+    if not x.dtype.is_floating_point:
+        return x.amax(axis) if is_max else x.amin(axis)
+    fill = float("-inf") if is_max else float("inf")
+    r = torch.where(torch.isnan(x), torch.full_like(x, fill), x)
+    r = r.amax(axis) if is_max else r.amin(axis)
+    return torch.where(torch.isnan(x).all(axis), torch.full_like(r, float("nan")), r)
+
+
 def _max_fold(x: torch.Tensor, axis: int) -> torch.Tensor:
-    return x.amax(axis)
+    return nan_ignoring(x, axis, True)
 
 
 def _max_cum(x: torch.Tensor, axis: int) -> torch.Tensor:
-    return x.cummax(axis).values
+    out = x.clone()
+    for k in range(1, x.shape[axis]):
+        out.select(axis, k).copy_(torch.fmax(out.select(axis, k - 1), x.select(axis, k)))
+    return out
 
 
 def _first_argmax(x: torch.Tensor, axis: int) -> torch.Tensor:

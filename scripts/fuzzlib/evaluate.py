@@ -323,7 +323,9 @@ class Evaluator:
         fns = {"exp": torch.exp, "exp2": torch.exp2, "log": torch.log, "log2": torch.log2, "sin": torch.sin,
                "cos": torch.cos, "sqrt": torch.sqrt, "sqrt_rn": torch.sqrt, "rsqrt": torch.rsqrt, "erf": torch.erf,
                "sigmoid": torch.sigmoid}
-        r = fns[op](x)
+        # fp32 (and narrower) results from the fp64 function, rounded once: torch's own fp32 sqrt/exp/... on
+        # CPU are vectorised approximations (its fp32 sqrt is not correctly rounded: sqrt(559.5))
+        r = fns[op](x.double()).to(x.dtype) if d.name != "float64" else fns[op](x)
         rd = r.double().abs()
         prop = None
         if e is not None:
@@ -360,7 +362,8 @@ class Evaluator:
             xo, yo = as_signed_order(x, d), as_signed_order(y, d)
             r = torch.where((xo >= yo) if is_max else (xo <= yo), x, y)
             return RV(r, d, None, or_unc(a.unc, b.unc))
-        r = torch.maximum(x, y) if is_max else torch.minimum(x, y)
+        # tl.maximum/minimum default to PropagateNan.NONE: maxnum/minnum, a NaN operand loses
+        r = torch.fmax(x, y) if is_max else torch.fmin(x, y)
         err = None
         if a.err is not None or b.err is not None:
             ea = a.err if a.err is not None else torch.zeros(())
@@ -477,6 +480,8 @@ class Evaluator:
             elif not a.dtype.is_float and e.op == "argmin":
                 y = ~x  # order-reversing without overflow
             idx = combine._first_argmax(y, ax)
+            if a.dtype.is_float:  # NaN loses every comparison: where it ends up depends on the order
+                unc = or_unc(unc, torch.isnan(a.v).any(ax))
             if a.err is not None:
                 m = y.double().amax(ax, keepdim=True)
                 close = (y.double() >= m - 2 * a.err.amax(ax, keepdim=True)).sum(ax) > 1
@@ -488,7 +493,7 @@ class Evaluator:
                 pos = (xo.argmax(ax) if e.op == "max" else xo.argmin(ax)).unsqueeze(ax)
                 r = a.v.gather(ax, pos).squeeze(ax)
                 return RV(r, out, None, unc)
-            r = a.v.amax(ax) if e.op == "max" else a.v.amin(ax)
+            r = combine.nan_ignoring(a.v, ax, e.op == "max")
             err = None if a.err is None else a.err.expand(a.v.shape).amax(ax)
             return RV(r, out, err, unc)
         if e.op == "xor_sum":
