@@ -10,9 +10,11 @@ rejects the program in both modes: a generator bug); `interp_differs` (nmp agree
 interpreter does not; the reason names the known interpreter behaviour when it is one: fp16
 partial sums in numpy's cumsum/axis-0 sum, float->int casts that wrap, `int8 >> uint8` shifted
 logically where TTIR's `arith.shrsi` shifts arithmetically); `interp_error` (the
-interpreter cannot run what nmp and torch agree on); `torch_differs` (nmp agrees with the
-interpreter, the torch oracle does not: an oracle gap to look at); `oracle_error` (the torch
-oracle raised; nmp was compared with the interpreter under a fallback tolerance and agreed).
+interpreter cannot run what nmp and torch agree on; `interp-atomic-dtype`: libtriton's native atomic
+helpers that the interpreter calls reject the element type, "Unsupported data type");
+`torch_differs` (nmp agrees with the interpreter, the torch oracle does not: an oracle gap to look
+at); `oracle_error` (the torch oracle raised; nmp was compared with the interpreter under a
+fallback tolerance and agreed).
 """
 
 from __future__ import annotations
@@ -99,7 +101,9 @@ def classify(seed, tags, nmp, interp, exp_ok: bool, vs_torch, vs_interp, seconds
         return r
     if torch_ok and interp_ok:
         if interp is not None and interp.status != "ok":
-            r.cls, r.reason, r.detail = "interp_error", interp.etype, first(interp)
+            r.cls, r.detail = "interp_error", first(interp)
+            r.reason = ("interp-atomic-dtype" if "Unsupported data type" in interp.message and
+                        any(t.startswith("atomic:") for t in tags) else interp.etype)
         return r
     if not torch_ok and interp_ran and interp_ok:
         r.cls, r.detail = "torch_differs", vs_torch.detail
