@@ -27,6 +27,7 @@ class CombineFn:
     reduce_ok: bool = True
     fold: Callable | None = None  # (tensor, axis) -> tensor, computed in the value's dtype
     cumulative: Callable | None = None  # (tensor, axis) -> tensor
+    ordered: bool = False  # compares values: uint64 (int64 bit patterns) must be compared as unsigned
 
     def check(self, d: DType) -> None:
         if d.kind not in self.kinds:
@@ -95,7 +96,7 @@ FUNCTIONS: dict[str, CombineFn] = {f.name: f for f in [
     CombineFn("comb_add", "@triton.jit\ndef comb_add(a, b):\n    return a + b\n", ("int", "uint", "float"),
               order_dependent=True),
     CombineFn("comb_max", "@triton.jit\ndef comb_max(a, b):\n    return tl.maximum(a, b)\n",
-              ("int", "uint", "float"), fold=_max_fold, cumulative=_max_cum),
+              ("int", "uint", "float"), fold=_max_fold, cumulative=_max_cum, ordered=True),
     CombineFn("comb_or", "@triton.jit\ndef comb_or(a, b):\n    return a | b\n", ("int", "uint"),
               fold=_bit_or_fold, cumulative=_bit_or_cum),
     CombineFn("comb_first", "@triton.jit\ndef comb_first(a, b):\n    return a\n", ("int", "uint", "float"),
@@ -106,7 +107,7 @@ FUNCTIONS: dict[str, CombineFn] = {f.name: f for f in [
               "@triton.jit\ndef comb_argmax(v0, i0, v1, i1):\n"
               "    take0 = (v0 > v1) | ((v0 == v1) & (i0 < i1))\n"
               "    return tl.where(take0, v0, v1), tl.where(take0, i0, i1)\n",
-              ("int", "uint", "float"), pair=True, scan_ok=False, fold=_first_argmax),
+              ("int", "uint", "float"), pair=True, scan_ok=False, fold=_first_argmax, ordered=True),
 ]}
 
 

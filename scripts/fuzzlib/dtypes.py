@@ -114,7 +114,7 @@ def computation_type(a: DType, b: DType, div_or_mod: bool = False, a_scalar: boo
         return DTYPES["bfloat16"]
     if "bfloat16" in names:
         return F32
-    if div_or_mod and a.kind != b.kind and "bool" not in (a.kind, b.kind):
+    if div_or_mod and a.signed != b.signed:  # int1 counts as unsigned
         raise TypeError(f"/, // and % need the same signedness: {a.name}, {b.name}")
     return integer_promote(a, b)
 

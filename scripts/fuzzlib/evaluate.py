@@ -514,7 +514,7 @@ class Evaluator:
                 err = err + x.err.expand(x.v.shape).sum(ax)
             return self._finite(RV(r, out, err, unc))
         fn = combine.get(e.op)
-        r = fn.fold(a.v, ax)
+        r = _ordered(fn, a.dtype, fn.fold, a.v, ax)
         err = None if a.err is None else a.err.expand(a.v.shape).amax(ax)
         return RV(r, out, err, unc)
 
@@ -546,7 +546,7 @@ class Evaluator:
             err = (big - v.double().abs().cumprod(ax)) + 2 * n * acc_u * big + ulp_bound(r, out.name)
         else:
             fn = combine.get(e.op)
-            r = fn.cumulative(v, ax)
+            r = _ordered(fn, x.dtype, fn.cumulative, v, ax)
             if err_in is not None:
                 err = err_in.cummax(ax).values
         if e.reverse:
@@ -626,6 +626,15 @@ class _Out:
             self.unc[f] = val.unc.expand(shape)[mask]
         elif self.unc is not None:
             self.unc[f] = False
+
+
+def _ordered(fn, d: DType, f, v: torch.Tensor, ax: int) -> torch.Tensor:
+    """A combine function that compares values, on uint64 bit patterns held in int64: compare them in
+    the order-preserving signed form and map the result back (indices are left as they are)."""
+    if not (fn.ordered and d.kind == "uint" and d.bits == 64):
+        return f(v, ax)
+    r = f(as_signed_order(v, d), ax)
+    return r if fn.pair else as_signed_order(r, d)
 
 
 def _prod(xs) -> int:

@@ -48,6 +48,13 @@ class CaseResult:
         return f"{self.cls}:{self.reason}" if self.cls in ("compile_error", "runtime_error", "crash") else self.cls
 
 
+def _frontend_raised(message: str) -> bool:
+    """The error comes from Triton's language front end (semantic/core), shared by every backend."""
+    tb = message.split("\n--\n")[-1]
+    frames = [line for line in tb.splitlines() if line.strip().startswith("File ")]
+    return bool(frames) and "/triton/language/" in frames[-1] and not any("/backend/" in f for f in frames)
+
+
 def known_interp_reason(tags: list[str]) -> str:
     """The documented interpreter behaviour a disagreement most likely comes from."""
     if "shift:ashr-unsigned" in tags:
@@ -79,8 +86,7 @@ def classify(seed, tags, nmp, interp, exp_ok: bool, vs_torch, vs_interp, seconds
                 and interp.etype in FRONTEND_ERRORS:
             r.cls, r.reason, r.detail = "invalid", nmp.etype, first(nmp)
             return r
-        if interp is None and nmp.etype in FRONTEND_ERRORS and "triton_nmp" not in nmp.message \
-                and "backend/" not in nmp.message:
+        if nmp.etype in FRONTEND_ERRORS and _frontend_raised(nmp.message):
             r.cls, r.reason, r.detail = "invalid", nmp.etype, first(nmp)
             return r
         r.cls = "compile_error" if nmp.phase == "compile" else "runtime_error"
