@@ -326,6 +326,12 @@ class Evaluator:
         # fp32 (and narrower) results from the fp64 function, rounded once: torch's own fp32 sqrt/exp/... on
         # CPU are vectorised approximations (its fp32 sqrt is not correctly rounded: sqrt(559.5))
         r = fns[op](x.double()).to(x.dtype) if d.name != "float64" else fns[op](x)
+        if op == "sigmoid":  # defined as 1 / (1 + exp(-x)) in the input's type: exp(-x) overflows to inf below
+            ex = torch.exp(-x.double())  # about -88.7 in fp32, and the result is then 0, not a subnormal
+            e_t = ex.to(x.dtype)
+            r = 1 / (1 + e_t)
+            top = max_finite(d.name)
+            unc = or_unc(unc, (ex > top / 4) & (ex < top * 4))  # exp may or may not overflow there
         rd = r.double().abs()
         prop = None
         if e is not None:
