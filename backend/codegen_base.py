@@ -96,6 +96,7 @@ class CodegenBase:
         self.site_ids: dict[tuple, int] = {}
         self.timing_only = False
         self._use_counts: dict[int, int] | None = None
+        self.temporaries: list[Value] = []  # codegen-made tile values with a buffer, kept alive
         self._elem_regs: dict[int, ir.Value] | None = None  # element values of a fused run, by tile
         self.module = ir.Module(name=func.name)
         self.module.triple = triple
@@ -210,6 +211,7 @@ class CodegenBase:
             arr = self.alloca_builder.alloca(ir.ArrayType(st, n), name=f"spm_{v.name}")
             arr.align = 64
             self.bufs[key] = self.alloca_builder.bitcast(arr, st.as_pointer())
+            self.temporaries.append(v)  # bufs is keyed by id(): a freed temporary's id would be reused
             nbytes = v.type.nbytes
             self.spm_bytes += nbytes
             self.buffers.append((v.name, str(v.type), nbytes))

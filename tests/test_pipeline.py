@@ -254,3 +254,20 @@ def test_unknown_compile_target_is_refused():
 
     with pytest.raises(triton_nmp.NMPTargetError, match="no nmp target matches the compile target's arch 'nmp-64:0'"):
         spec_for_arch("nmp-64:0")
+
+
+def test_codegen_temporaries_never_share_a_stale_buffer():
+    """Buffers are looked up by id(value); a codegen temporary (the scalar tile of a scalar DMA, an
+    atomic's old values, a staged yield) that was freed left its id to the next temporary, which then got
+    the earlier one's buffer, of another type ("cannot store i32 to float*" at compile time)."""
+    from llvmlite import ir as llvm_ir
+
+    from triton_nmp.backend.codegen import KernelCodegen
+    from triton_nmp.backend.codegen_scalar import storage_type
+
+    cg = KernelCodegen(Func("k", [], [], Block()), "x86_64-unknown-linux-gnu", "")
+    fn = llvm_ir.Function(cg.module, llvm_ir.FunctionType(llvm_ir.VoidType(), []), "f")
+    cg.alloca_builder = llvm_ir.IRBuilder(fn.append_basic_block("entry"))
+    types = [Ty("i32", (4,)), Ty("f32", (4,))]
+    wrong = [k for k in range(100) if cg.buffer(Value("tmp", types[k % 2])).type.pointee != storage_type(types[k % 2])]
+    assert wrong == []
