@@ -247,6 +247,21 @@ def _cmd_llm(args: argparse.Namespace) -> int:
     return run(args)
 
 
+# ------------------------------------------------------------------------------------- tune
+
+
+def _args_tune(parser: argparse.ArgumentParser) -> None:
+    from triton_nmp.sweep_cli import args_tune
+
+    args_tune(parser)
+
+
+def _cmd_tune(args: argparse.Namespace) -> int:
+    from triton_nmp.sweep_cli import cmd_tune
+
+    return cmd_tune(args)
+
+
 # ------------------------------------------------------------------------------ registration
 
 def _args_placement(p: argparse.ArgumentParser) -> None:
@@ -269,6 +284,8 @@ _SUBCOMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], Callable[[arg
     "calibrate": (_cmd_calibrate, _args_calibrate, "fit the tuning cost model to the simulator for a target"),
     "cache": (_cmd_cache, _args_cache, "list, show, clear or export the persistent tuning cache"),
     "llm": (_cmd_llm, _args_llm, "LLM prefill/decode on nmp via torch.compile(backend='nmp'), against the floor"),
+    "tune": (_cmd_tune, _args_tune, "run a tuning sweep (file or recorded model run) in process, on a process "
+                                    "pool or on Ray; results go to the tuning cache"),
     "calibrate-target": (_cmd_calibrate_target, _args_calibrate_target,
                          "fit a target's free fields to measured kernel times, report the error on held-out rows"),
     "placement": (_cmd_placement, _args_placement, "show a placement plan: layouts, kernel mappings, migrations"),

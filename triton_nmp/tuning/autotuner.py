@@ -43,7 +43,7 @@ try:  # imported here, not per launch: the launcher needs it anyway, and lookups
 except ImportError:  # placement not available yet: keys carry no placement
     placement_signature = None
 
-__all__ = ["NMPAutotuner", "Lookup", "autotune", "PROGRESS_MIN_CONFIGS"]
+__all__ = ["NMPAutotuner", "Lookup", "autotune", "entry_key_for", "placement_keys", "PROGRESS_MIN_CONFIGS"]
 
 PROGRESS_MIN_CONFIGS = 4  # a bar for more than this many measured configs
 
@@ -58,7 +58,7 @@ class Lookup:
     entry_id: str | None = None
 
 
-def _placement_signature(named: dict[str, Any]) -> dict[str, Any]:
+def placement_keys(named: dict[str, Any]) -> dict[str, Any]:
     """{tensor argument name: placement signature}; empty while placement is unavailable."""
     tensors = {k: v for k, v in named.items() if hasattr(v, "data_ptr") and hasattr(v, "dtype")}
     if not tensors or placement_signature is None:
@@ -74,7 +74,7 @@ def _freeze(value: Any) -> Any:
     return value
 
 
-def _arg_summary(named: dict[str, Any]) -> dict[str, Any]:
+def arg_summary(named: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in named.items():
         if hasattr(v, "data_ptr") and hasattr(v, "shape"):
@@ -84,7 +84,7 @@ def _arg_summary(named: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _median_seconds(timing: Any) -> float | None:
+def median_seconds(timing: Any) -> float | None:
     """Triton's timings are [median, p20, p80] in ms (or a float from a custom do_bench)."""
     ms = timing[0] if isinstance(timing, (list, tuple)) else timing
     try:
@@ -104,6 +104,25 @@ def _resolve_cache(cache: Any) -> TuningCache | None:
     if isinstance(cache, (str, os.PathLike)):
         return TuningCache(cache)
     raise TypeError(f"cache must be a bool, a directory or a TuningCache, not {type(cache).__name__}")
+
+
+def entry_key_for(fn: Any, keys: list[str], space: str, named: dict[str, Any],
+                  placements: dict[str, Any]) -> EntryKey:
+    """The persistent-cache key of a launch of `fn` (tuning key names `keys`, config list hash `space`)
+    with arguments `named` on the active target; the one place that defines it, shared with the sweep
+    runner (`triton_nmp.sweep`) and the `prune_configs_by` hooks so their entries are the autotuner's."""
+    import triton_nmp
+    from triton_nmp.target import active_target
+
+    jit = unwrap_jit(fn)
+    spec = active_target()
+    return EntryKey(
+        kernel=jit.__name__, source_hash=jit.cache_key,
+        key={k: jsonable(named[k]) for k in keys if k in named},
+        dtypes={k: str(v.dtype) for k, v in named.items() if hasattr(v, "dtype")},
+        target=spec.name, target_hash=spec.hash(), placements=placements, space=space,
+        version=triton_nmp.__version__,
+    )
 
 
 # Patched Triton (upstream_patches/triton/0002) appends the backend's part to the in-memory key itself.
@@ -154,18 +173,7 @@ class NMPAutotuner(Autotuner):
 
     def entry_key(self, named: dict[str, Any], placements: dict[str, Any]) -> EntryKey:
         """The persistent-cache key of a launch with arguments `named` (see `cache.EntryKey`)."""
-        import triton_nmp
-        from triton_nmp.target import active_target
-
-        jit = unwrap_jit(self.fn)
-        spec = active_target()
-        return EntryKey(
-            kernel=jit.__name__, source_hash=jit.cache_key,
-            key={k: jsonable(named[k]) for k in self.keys if k in named},
-            dtypes={k: str(v.dtype) for k, v in named.items() if hasattr(v, "dtype")},
-            target=spec.name, target_hash=spec.hash(), placements=placements, space=self._space_info()[0],
-            version=triton_nmp.__version__,
-        )
+        return entry_key_for(self.fn, self.keys, self._space_info()[0], named, placements)
 
     # -------------------------------------------------------------------------------- run
 
@@ -174,7 +182,7 @@ class NMPAutotuner(Autotuner):
             return super().run(*args, **kwargs)
         t0 = time.perf_counter()
         named = {k: v for k, v in {**dict(zip(self.arg_names, args)), **kwargs}.items() if k in self.arg_names}
-        placements = _placement_signature(named)
+        placements = placement_keys(named)
         self.cache = self._caches.setdefault(_freeze(placements), {})
         mkey = self._memory_key(args, kwargs)
         ekey: EntryKey | None = None
@@ -229,11 +237,11 @@ class NMPAutotuner(Autotuner):
             except Exception:  # a grid function that fails for a config it never launches
                 grid = None
             candidates.append(Candidate(config_record(c), c in timings,
-                                        _median_seconds(timings[c]) if c in timings else None,
+                                        median_seconds(timings[c]) if c in timings else None,
                                         self._predictions.get(c), grid, self._bench_errors.get(c)))
         entry = Entry(ekey, candidates, order.index(winner),
                       [{"config": config_record(p.config), "reason": p.reason} for p in self._pruned],
-                      _arg_summary(named), time.time(), getattr(self, "bench_time", None) if timings else None)
+                      arg_summary(named), time.time(), getattr(self, "bench_time", None) if timings else None)
         try:
             self.tuning_cache.store(entry)
         except OSError as exc:

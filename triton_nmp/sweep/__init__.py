@@ -1,0 +1,44 @@
+"""Tuning sweeps: many kernels x shapes x configs x targets x placements, measured in parallel.
+
+    sweep = Sweep.load("sweep.toml")                       # or recorded from a model run (`record`)
+    with engine_from_options("pool", workers=2) as engine:  # or "ray" with ray="auto" / an address
+        report = run_sweep(sweep, engine)                   # results merge into the tuning cache
+    print(report.table())
+
+`triton-nmp tune FILE [--engine pool|ray] [--workers N] [--ray auto|ADDRESS]` is the command line.
+
+Modules, one job each: `spec` (the sweep file), `plan` (tasks, groups, the payload workers share),
+`measure` (one candidate, as the autotuner measures it), `worker` (runs tasks in any process), `engine`
+(the engine contract, in-process engine, the configured engine), `pool` (local process pool with retries),
+`ray_engine` (Ray), `journal` (finished candidates, for resuming), `progress` (the bar), `runner`
+(`run_sweep`), `record` (a sweep from a model run), `integrate` (autotuners and Inductor on the engine).
+"""
+
+from __future__ import annotations
+
+from .engine import ENV_VAR, Engine, InProcessEngine, configured_engine, engine_from_options, set_engine
+from .plan import Plan, Task, TaskResult, make_plan
+from .runner import GroupReport, SweepReport, run_sweep
+from .spec import KernelCase, KernelRef, NMPSweepError, PlacementSpec, Sweep, TensorSpec
+
+__all__ = [
+    "ENV_VAR",
+    "Engine",
+    "GroupReport",
+    "InProcessEngine",
+    "KernelCase",
+    "KernelRef",
+    "NMPSweepError",
+    "PlacementSpec",
+    "Plan",
+    "Sweep",
+    "SweepReport",
+    "Task",
+    "TaskResult",
+    "TensorSpec",
+    "configured_engine",
+    "engine_from_options",
+    "make_plan",
+    "run_sweep",
+    "set_engine",
+]

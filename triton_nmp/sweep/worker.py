@@ -1,0 +1,119 @@
+"""The worker side of every engine: turn a task into a `TaskResult`, in whatever process runs it.
+
+A `Worker` lives as long as its process (an engine's pool process, a Ray worker, or the parent for the
+in-process engine) and keeps what tasks share: payloads by id, target specs by hash, and the built and
+placed arguments of the last few (case, target, placement) triples, so a group's candidates on one
+worker build their tensors once. Compiled kernels stay in Triton's caches as usual (in memory, and on disk
+under `TRITON_CACHE_DIR`). A handler never raises: a failure becomes the result's `error`.
+
+Task kinds: "kernel" (a sweep candidate: `measure.measure_candidate`) and any kind registered with
+`register_handler` (the Inductor integration registers its template-benchmark requests).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from .plan import Payload, Task, TaskResult, target_active
+
+__all__ = ["Worker", "register_handler", "worker_name"]
+
+_ARGS_KEPT = 8
+Handler = Callable[["Worker", Payload, Task], TaskResult]
+_HANDLERS: dict[str, Handler] = {}
+
+
+def register_handler(kind: str, handler: Handler) -> None:
+    """Run tasks of `kind` with `handler(worker, payload, task)` (must be importable in every worker)."""
+    _HANDLERS[kind] = handler
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _ensure_nmp_driver() -> None:
+    import triton
+
+    from triton_nmp.driver.driver import NMPDriver
+
+    if not isinstance(getattr(triton.runtime.driver, "_active", None), NMPDriver):
+        import triton_nmp
+
+        triton_nmp.activate()
+
+
+class Worker:
+    """Runs tasks; see the module docstring."""
+
+    def __init__(self) -> None:
+        self._specs: dict[str, Any] = {}
+        self._args: OrderedDict[tuple[str, str, str], dict[str, Any]] = OrderedDict()
+        self._payloads: dict[str, Payload] = {}
+        _ensure_nmp_driver()
+
+    def payload(self, payload_id: str, payload: Payload | None) -> Payload | None:
+        """The payload `payload_id` (remembered from an earlier task when `payload` is None)."""
+        if payload is not None:
+            self._payloads[payload_id] = payload
+            while len(self._payloads) > 4:
+                self._payloads.pop(next(iter(self._payloads)))
+        return self._payloads.get(payload_id)
+
+    def target(self, payload: Payload, target_hash: str) -> Any:
+        spec = self._specs.get(target_hash)
+        if spec is None:
+            from triton_nmp.target import TargetSpec
+
+            spec = TargetSpec.from_toml(payload.targets[target_hash], f"<sweep target {target_hash[:12]}>")
+            self._specs[target_hash] = spec
+        return spec
+
+    def args(self, payload: Payload, task: Task) -> dict[str, Any]:
+        """The case's arguments on the task's target and placement (built once, kept for a while)."""
+        key = (task.case, task.target, task.placement)
+        named = self._args.get(key)
+        if named is None:
+            named = payload.cases[task.case].build_args()
+            payload.placements[task.placement].apply(named)
+            self._args[key] = named
+            while len(self._args) > _ARGS_KEPT:
+                self._args.popitem(last=False)
+        else:
+            self._args.move_to_end(key)
+        return named
+
+    def run(self, payload: Payload, task: Task) -> TaskResult:
+        t0 = time.perf_counter()
+        handler = _HANDLERS.get(task.kind)
+        try:
+            if handler is None:
+                raise KeyError(f"no handler for task kind {task.kind!r} in this worker")
+            result = handler(self, payload, task)
+        except Exception as exc:  # reported with the task, never raised into the engine
+            msg = str(exc).strip().splitlines()
+            result = TaskResult(task.id, error=f"{type(exc).__name__}: {msg[0] if msg else ''}"[:500])
+        result.host_seconds = result.host_seconds or time.perf_counter() - t0
+        result.worker = worker_name()
+        return result
+
+
+def _run_kernel(worker: Worker, payload: Payload, task: Task) -> TaskResult:
+    from triton_nmp.tuning.configs import config_from_record
+
+    from .measure import measure_candidate
+
+    case = payload.cases[task.case]
+    with target_active(worker.target(payload, task.target)):
+        named = worker.args(payload, task)
+        m = measure_candidate(case.fn(), named, task.grid, config_from_record(case.configs[task.index]),
+                              predict=payload.predict)
+    return TaskResult(task.id, m.simulated_seconds, m.predicted_seconds, m.pruned, m.error, m.host_seconds)
+
+
+register_handler("kernel", _run_kernel)
