@@ -1,0 +1,201 @@
+"""Tuning sweeps (triton_nmp.sweep): sweep files, engines, worker deaths, resuming, the cache they fill."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+import torch
+import triton
+
+import triton_nmp
+from tests import sweep_kernels as sk
+from triton_nmp.driver.device import clock
+from triton_nmp.sweep import NMPSweepError, Sweep, engine_from_options, make_plan, run_sweep
+from triton_nmp.tuning.cache import TuningCache
+
+N = 65536
+ARGS = {"x_ptr": {"shape": [N], "dtype": "float32"}, "y_ptr": {"shape": [N], "dtype": "float32"},
+        "out_ptr": {"shape": [N], "dtype": "float32", "init": "zeros"}, "n": N, "alpha": 0.5}
+
+
+def scale_add_sweep(**extra) -> Sweep:
+    kernel = {"kernel": "tests.sweep_kernels:scale_add_tuned", "grid": "(cdiv(n, BLOCK),)", "args": ARGS}
+    return Sweep.from_dict({"kernel": [{**kernel, **extra}]})
+
+
+def entry_times(cache: TuningCache) -> dict[str, dict[str, float | None]]:
+    from triton_nmp.tuning.configs import config_label
+
+    return {e.id: {config_label(c.config): c.simulated_seconds for c in e.candidates} for e in cache.entries()}
+
+
+# ------------------------------------------------------------------------------------ sweep files
+
+
+def test_sweep_file_errors_name_the_field(tmp_path):
+    def load(text: str) -> Sweep:
+        p = tmp_path / "s.toml"
+        p.write_text(text)
+        return Sweep.load(p)
+
+    with pytest.raises(NMPSweepError, match="does not exist"):
+        Sweep.load(tmp_path / "missing.toml")
+    with pytest.raises(NMPSweepError, match="not valid TOML"):
+        load("[[kernel]\n")
+    with pytest.raises(NMPSweepError, match="no \\[\\[kernel\\]\\] tables"):
+        load("targets = ['nmp-64']\n")
+    with pytest.raises(NMPSweepError, match="cannot import no_such_module"):
+        load('[[kernel]]\nkernel = "no_such_module:k"\ngrid = "(1,)"\n')
+    with pytest.raises(NMPSweepError, match="not a @triton.jit kernel"):
+        load('[[kernel]]\nkernel = "tests.sweep_kernels:scale_add_grid"\ngrid = "(1,)"\n')
+    base = '[[kernel]]\nkernel = "tests.sweep_kernels:scale_add_tuned"\ngrid = "(cdiv(n, BLOCK),)"\n'
+    with pytest.raises(NMPSweepError, match=r"no value for argument\(s\) \['x_ptr'"):
+        load(base)
+    with pytest.raises(NMPSweepError, match="unknown dtype 'float33'"):
+        load(base + 'args = {x_ptr = {shape = [4], dtype = "float33"}}\n')
+    with pytest.raises(NMPSweepError, match=r"\['bogus'\] are not parameters of scale_add_tuned"):
+        load(base + "args = {bogus = 1}\n")
+    with pytest.raises(NMPSweepError, match="unknown placement 'sideways'"):
+        Sweep.from_dict({"kernel": [{"kernel": "tests.sweep_kernels:scale_add_tuned", "grid": "(1,)",
+                                     "args": ARGS}], "placements": ["sideways"]})
+    with pytest.raises(NMPSweepError, match="no grid"):
+        Sweep.from_dict({"kernel": [{"kernel": "tests.sweep_kernels:scale_add_tuned", "args": ARGS}]})
+    with pytest.raises(NMPSweepError, match="no configs"):
+        Sweep.from_dict({"kernel": [{"kernel": "tests.sweep_kernels:scale_add_kernel", "grid": "(1,)",
+                                     "args": ARGS}]})
+    bad_grid = Sweep.from_dict({"kernel": [{"kernel": "tests.sweep_kernels:scale_add_tuned", "args": ARGS,
+                                            "grid": "(cdiv(n, BLOK),)"}]})
+    with pytest.raises(NMPSweepError, match="grid>: cannot evaluate .*NameError"):
+        make_plan(bad_grid)
+
+
+def test_sweep_file_space_targets_and_placements(tmp_path):
+    p = tmp_path / "s.toml"
+    p.write_text("""
+targets = ["nmp-64", "upmem-like"]
+placements = ["interleaved", {x_ptr = "bank:3", "*" = "blocked"}]
+[[kernel]]
+name = "axpy"
+kernel = "tests.sweep_kernels:scale_add_kernel"
+grid = "(cdiv(n, BLOCK),)"
+key = ["n"]
+args = {x_ptr = {shape = [1024], dtype = "fp32"}, y_ptr = {shape = [1024], dtype = "fp32"}, \
+out_ptr = {shape = [1024], dtype = "fp32", init = "zeros"}, n = "len(x_ptr)", alpha = 2.0}
+space = {tiles = {BLOCK = [256, 512]}, num_stages = [1], pu_mapping = ["round_robin"]}
+""")
+    sweep = Sweep.load(p)
+    plan = make_plan(sweep)
+    assert len(plan.groups) == 4 and len(plan.tasks) == 8  # 2 targets x 2 placements x 2 configs
+    placements = {json.dumps(g.key.placements, sort_keys=True) for g in plan.groups}
+    assert len(placements) == 2
+    assert {g.key.target for g in plan.groups} == {"nmp-64", "upmem-like"}
+    assert [t.grid for t in plan.groups[0].tasks] == [(4, 1, 1), (2, 1, 1)]
+    again = make_plan(Sweep.load(p))
+    assert [t.id for t in again.tasks] == [t.id for t in plan.tasks]  # stable task ids (journal resumes)
+
+
+# ---------------------------------------------------------------------- in process: the cache it fills
+
+
+def test_sweep_fills_the_cache_a_later_autotune_launch_reads(tmp_path):
+    cache = TuningCache(tmp_path / "tc")
+    report = run_sweep(scale_add_sweep(), cache=cache, progress=False)
+    (group,) = report.groups
+    assert group.stored and group.candidates == len(sk.SCALE_ADD_SPACE) and group.failed == 0
+    (entry,) = list(cache.entries())
+    assert all(c.simulated and c.simulated_seconds > 0 for c in entry.candidates)
+    assert all(c.predicted_seconds is not None for c in entry.candidates)
+
+    tuner = triton_nmp.autotune(sk.SCALE_ADD_SPACE, key=["n"], top_k=1.0, cache=cache)(sk.scale_add_kernel)
+    x, y, out = torch.randn(N), torch.randn(N), torch.empty(N)
+    clock.flush()
+    before = clock.stats.executed
+    tuner[lambda m: (triton.cdiv(N, m["BLOCK"]),)](x, y, out, N, 0.5)
+    clock.flush()
+    assert tuner.last_lookup.source == "disk" and tuner.last_lookup.entry_id == entry.id
+    assert clock.stats.executed - before == 1  # the launch itself: no candidate was simulated
+    assert triton_nmp.tuning.config_label(tuner.best_config) == group.best
+    torch.testing.assert_close(out, 0.5 * x + y)
+
+    # the same sweep again finds every entry complete and measures nothing
+    again = run_sweep(scale_add_sweep(), cache=cache, progress=False)
+    assert again.measured == 0 and again.groups[0].skipped
+
+
+def test_sweep_journal_resumes_after_the_parent_dies(tmp_path):
+    cache = TuningCache(tmp_path / "tc")
+
+    class ParentDied(Exception):
+        pass
+
+    def die_after_five(task, result, done, total):
+        if done == 5:
+            raise ParentDied
+
+    with pytest.raises(ParentDied):
+        run_sweep(scale_add_sweep(), cache=cache, progress=False, on_result=die_after_five)
+    assert list(cache.entries()) == []  # a partial group is never served as an entry
+    (journal,) = (cache.directory / ".sweeps").glob("*.jsonl")
+    assert len(journal.read_text().splitlines()) == 5
+    report = run_sweep(scale_add_sweep(), cache=cache, progress=False)
+    assert report.resumed == 5 and report.measured == len(sk.SCALE_ADD_SPACE) - 5
+    assert report.groups[0].stored and not journal.exists()
+
+
+# ----------------------------------------------------------------------------- the process pool
+
+
+def test_pool_same_picks_and_a_killed_worker_loses_nothing(tmp_path, monkeypatch):
+    """2 pool workers give the in-process picks and times; a worker killed mid-task halfway through: its
+    candidate runs again on another worker and every candidate is stored."""
+    reference = TuningCache(tmp_path / "ref")
+    ref = run_sweep(scale_add_sweep(), cache=reference, progress=False)
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))  # cold: workers are busy compiling
+    cache = TuningCache(tmp_path / "tc")
+    killed = []
+    with engine_from_options("pool", workers=2) as engine:
+        def kill_one_halfway(task, result, done, total):
+            busy = engine.busy_pids()
+            if not killed and done >= total // 2 and busy:
+                os.kill(busy[0], signal.SIGKILL)
+                killed.append(busy[0])
+
+        report = run_sweep(scale_add_sweep(), engine, cache, progress=False, on_result=kill_one_halfway)
+        assert killed and engine.deaths == 1 and killed[0] not in engine.worker_pids()
+    assert report.retries == 1 and report.measured == len(sk.SCALE_ADD_SPACE)
+    assert report.picks() == ref.picks()
+    assert entry_times(cache) == entry_times(reference)  # every candidate stored, same simulated times
+
+
+def test_engine_options_errors():
+    with pytest.raises(NMPSweepError, match="unknown sweep engine 'gpu'"):
+        engine_from_options("gpu")
+    with pytest.raises(NMPSweepError, match="--workers must be at least 1"):
+        engine_from_options("pool", workers=0)
+    with pytest.raises(NMPSweepError, match="cannot be combined with --engine pool"):
+        engine_from_options("pool", ray="auto")
+
+
+# ------------------------------------------------------------------------------------- the CLI
+
+
+def test_cli_tune(tmp_path, capsys):
+    from triton_nmp.cli import main
+
+    p = tmp_path / "s.json"
+    p.write_text(json.dumps({"kernel": [{"kernel": "tests.sweep_kernels:scale_add_tuned", "args": ARGS,
+                                         "grid": "(cdiv(n, BLOCK),)",
+                                         "configs": [{"kwargs": {"BLOCK": 512}, "num_stages": 1}]}]}))
+    assert main(["tune", str(p), "--cache", str(tmp_path / "tc"), "--no-progress",
+                 "--report", str(tmp_path / "r.json")]) == 0
+    out = capsys.readouterr().out
+    assert "scale_add_tuned" in out and "BLOCK=512 num_stages=1" in out and "1 measured" in out
+    assert json.loads((tmp_path / "r.json").read_text())["groups"][0]["stored"] is True
+    assert main(["tune", str(tmp_path / "nope.toml")]) == 1
+    assert "nope.toml does not exist" in capsys.readouterr().err
+    assert main(["tune"]) == 1
+    assert "give a sweep file" in capsys.readouterr().err
