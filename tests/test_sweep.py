@@ -199,3 +199,170 @@ def test_cli_tune(tmp_path, capsys):
     assert "nope.toml does not exist" in capsys.readouterr().err
     assert main(["tune"]) == 1
     assert "give a sweep file" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------- autotuners on the configured engine
+
+
+@pytest.fixture(scope="module")
+def pool2():
+    engine = engine_from_options("pool", workers=2)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture
+def configured(pool2):
+    from triton_nmp.sweep import set_engine
+
+    previous = set_engine(pool2)
+    yield pool2
+    set_engine(previous)
+
+
+def _launch(tuner, placement: str | None = None) -> tuple[int, torch.Tensor]:
+    """Launch `tuner` on fresh data (placed by `placement`, else left to the default policy); returns the nmp
+    launches this process executed, and the output."""
+    x, y, out = torch.randn(N), torch.randn(N), torch.empty(N)
+    if placement is not None:
+        for t in (x, y, out):
+            triton_nmp.place(t, placement)
+    clock.flush()
+    before = clock.stats.executed
+    tuner[lambda m: (triton.cdiv(N, m["BLOCK"]),)](x, y, out, N, 0.5)
+    clock.flush()
+    torch.testing.assert_close(out, 0.5 * x + y)
+    return clock.stats.executed - before, out
+
+
+def test_nmp_autotune_benchmarks_on_the_configured_engine(tmp_path, configured):
+    """Same picks and times as in process. The tensors are placed: left to the "auto" policy, in process every
+    candidate runs on the layout the first candidate's launch chose, while on the engine (as in a sweep) each
+    candidate is measured on fresh copies laid out for its own launch."""
+    from triton_nmp.sweep import set_engine
+
+    ref_cache, cache = TuningCache(tmp_path / "ref"), TuningCache(tmp_path / "pool")
+    previous = set_engine(None)
+    ref = triton_nmp.autotune(sk.SCALE_ADD_SPACE, key=["n"], top_k=1.0, cache=ref_cache)(sk.scale_add_kernel)
+    launched_in_process, _ = _launch(ref, "blocked")
+    set_engine(previous)
+    assert launched_in_process > len(sk.SCALE_ADD_SPACE)  # every candidate ran here
+
+    pooled = triton_nmp.autotune(sk.SCALE_ADD_SPACE, key=["n"], top_k=1.0, cache=cache)(sk.scale_add_kernel)
+    launched, _ = _launch(pooled, "blocked")
+    assert launched == 1  # candidates ran on the pool's workers; this process only launched the winner
+    assert pooled.last_lookup.source == "tuned" and pooled.best_config.kwargs == ref.best_config.kwargs
+    assert entry_times(cache) == entry_times(ref_cache)
+
+
+def test_stock_autotune_reads_sweep_entries_and_uses_the_engine(tmp_path, configured):
+    from triton_nmp.sweep import set_engine
+
+    def stock(cache_dir):
+        return triton.autotune(sk.SCALE_ADD_SPACE, key=["n"], prune_configs_by=triton_nmp.prune_configs_by(
+            top_k=1.0, cache=cache_dir))(sk.scale_add_kernel)
+
+    # a sweep's entries: a stock triton.autotune launch simulates nothing
+    swept = TuningCache(tmp_path / "swept")
+    report = run_sweep(scale_add_sweep(), cache=swept, progress=False)
+    previous = set_engine(None)
+    try:
+        tuner = stock(swept.directory)
+        launched, _ = _launch(tuner)
+        assert launched == 1 and triton_nmp.tuning.config_label(tuner.best_config) == report.groups[0].best
+    finally:
+        set_engine(previous)
+
+    # an empty cache and the engine configured: measured on the workers, stored, and the same winner
+    fresh = TuningCache(tmp_path / "fresh")
+    tuner = stock(fresh.directory)
+    launched, _ = _launch(tuner)
+    assert launched == 1 and triton_nmp.tuning.config_label(tuner.best_config) == report.groups[0].best
+    assert entry_times(fresh) == entry_times(swept)
+
+
+def test_kernel_workers_cannot_import_is_benchmarked_in_process(tmp_path, configured):
+    @triton.jit
+    def local_kernel(x_ptr, y_ptr, out_ptr, n, alpha, BLOCK: triton.language.constexpr):
+        offs = triton.language.program_id(0) * BLOCK + triton.language.arange(0, BLOCK)
+        m = offs < n
+        x = triton.language.load(x_ptr + offs, mask=m)
+        triton.language.store(out_ptr + offs, alpha * x + triton.language.load(y_ptr + offs, mask=m), mask=m)
+
+    tuner = triton_nmp.autotune(sk.SCALE_ADD_SPACE[:4], key=["n"], top_k=1.0, cache=tmp_path / "c")(local_kernel)
+    with pytest.warns(UserWarning, match="not used for this kernel: kernel 'local_kernel' is defined inside a "
+                                         "function.*benchmarking in process"):
+        launched, _ = _launch(tuner)
+    assert launched > 4
+
+
+# ------------------------------------------------------------------ Inductor on the configured engine
+
+
+def test_inductor_template_choices_on_the_engine_then_from_the_cache(tmp_path, configured, monkeypatch):
+    from triton_nmp.inductor import reset_tuning_stats, tuning_stats
+    from triton_nmp.sweep import set_engine
+    from triton_nmp.triton_name import cpu_entry_registered
+
+    if not cpu_entry_registered():
+        pytest.skip("triton-nmp's Triton entry point 'cpu' is not registered: reinstall (pip install -e .)")
+    monkeypatch.setenv("TRITON_NMP_TUNING_CACHE", str(tmp_path / "tc"))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor-1"))
+    a, b = torch.randn(256, 128), torch.randn(128, 192)
+    options = {"fx_graph_cache": False, "max_autotune": True}
+
+    torch._dynamo.reset()
+    reset_tuning_stats()
+    out = torch.compile(lambda x, y: x @ y, backend="nmp", options=options)(a, b)
+    torch.testing.assert_close(out, a @ b, atol=1e-4, rtol=1e-4)
+    assert tuning_stats().benchmarks == 0  # every template choice was benchmarked on the pool's workers
+    choices = [e for e in TuningCache(tmp_path / "tc").entries() if e.key.space == "inductor-template"]
+    assert len(choices) >= 2 and all(e.best.simulated_seconds > 0 for e in choices)
+
+    # a later compile in process, Inductor's own caches cold: the choices' times come from the tuning cache
+    set_engine(None)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor-2"))
+    torch._dynamo.reset()
+    reset_tuning_stats()
+    out = torch.compile(lambda x, y: x @ y, backend="nmp", options=options)(a, b)
+    torch.testing.assert_close(out, a @ b, atol=1e-4, rtol=1e-4)
+    assert tuning_stats().benchmarks == 0
+
+
+# ------------------------------------------------------------------------------ recorded sweeps
+
+SCRIPT = '''
+import torch, triton, triton.language as tl, triton_nmp
+
+@triton_nmp.autotune(triton_nmp.config_space(tiles={"BLOCK": (256, 1024)}, num_stages=(1,), pu_mapping=(
+    "round_robin", "locality")), key=["n"], top_k=1.0, cache=False)
+@triton.jit
+def double(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, 2 * tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+if __name__ == "__main__":
+    for n in (3000, 8192, 3000):
+        x = torch.randn(n)
+        out = torch.empty_like(x)
+        double[lambda m: (triton.cdiv(n, m["BLOCK"]),)](x, out, n)
+        assert torch.equal(out, 2 * x)
+'''
+
+
+def test_record_a_script_then_sweep_what_it_launched(tmp_path, capsys):
+    from triton_nmp.cli import main
+
+    script = tmp_path / "model_run.py"
+    script.write_text(SCRIPT)
+    recorded = tmp_path / "recorded.json"
+    assert main(["tune", "--record", str(recorded), "--", str(script)]) == 0
+    assert "recorded 2 kernel launch(es), 8 candidates" in capsys.readouterr().out
+    sweep = Sweep.load(recorded)
+    assert [c.args["n"] for c in sweep.cases] == [3000, 8192]  # each (kernel, shapes) once
+    assert sweep.cases[0].kernel.path == str(script.resolve()) and sweep.cases[0].grids[0] == (12, 1, 1)
+    cache = tmp_path / "tc"
+    assert main(["tune", str(recorded), "--cache", str(cache), "--no-progress"]) == 0
+    assert "8 measured" in capsys.readouterr().out and len(list(TuningCache(cache).entries())) == 2
+    assert main(["tune", "--record", str(tmp_path / "x.json")]) == 1
+    assert "needs the script to run" in capsys.readouterr().err

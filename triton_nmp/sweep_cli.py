@@ -1,9 +1,10 @@
-"""`triton-nmp tune`: run a tuning sweep from a file.
+"""`triton-nmp tune`: run a tuning sweep from a file, or record one from a script's model run.
 
     triton-nmp tune sweep.toml                         # in process
     triton-nmp tune sweep.toml --engine pool -j 2      # a local process pool
     triton-nmp tune sweep.toml --ray auto              # an embedded local Ray cluster (pip install triton-nmp[ray])
     triton-nmp tune sweep.toml --ray 10.0.0.5:6379     # join a running Ray cluster
+    triton-nmp tune --record model.json -- script.py ARGS  # run a script, save the kernels and shapes it tuned
 
 Registered in `cli._SUBCOMMANDS` as "tune" -> (cmd_tune, args_tune).
 """
@@ -23,7 +24,7 @@ __all__ = ["args_tune", "cmd_tune"]
 def args_tune(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("sweep", metavar="FILE", nargs="*",
                         help="sweep file (TOML or JSON: kernels, argument shapes and dtypes, configs, targets, "
-                             "placements)")
+                             "placements); with --record, the script to run and its arguments, after '--'")
     parser.add_argument("--engine", choices=("in-process", "pool", "ray"), default=None,
                         help="where candidates run (default in-process; --ray implies ray)")
     parser.add_argument("--workers", "-j", type=int, default=None, metavar="N",
@@ -40,12 +41,29 @@ def args_tune(parser: argparse.ArgumentParser) -> None:
                         help="measure everything again (ignore entries and journals of earlier runs)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--report", metavar="JSON", default=None, help="also write the per-entry report as JSON")
+    parser.add_argument("--record", metavar="OUT", default=None,
+                        help="run FILE as a Python script and save the kernels and shapes it launched "
+                             "(autotuned kernels, Inductor template choices) as a sweep file OUT")
+
+
+def _record(args: argparse.Namespace) -> int:
+    from triton_nmp.sweep.record import record_script
+
+    if not args.sweep:
+        raise NMPError("--record OUT needs the script to run: triton-nmp tune --record OUT -- script.py [ARGS]")
+    sweep = record_script(Path(args.sweep[0]), list(args.sweep[1:]))
+    sweep.save(args.record)
+    n = sum(len(c.configs) for c in sweep.cases)
+    print(f"recorded {len(sweep.cases)} kernel launch(es), {n} candidates, to {args.record}")
+    return 0
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from triton_nmp.sweep import Sweep, engine_from_options, run_sweep
     from triton_nmp.tuning.cache import TuningCache
 
+    if args.record:
+        return _record(args)
     if len(args.sweep) != 1:
         given = f"one sweep file at a time, not {len(args.sweep)}: {' '.join(args.sweep)}"
         raise NMPError(given if args.sweep else "give a sweep file: triton-nmp tune FILE (see triton-nmp tune --help)")

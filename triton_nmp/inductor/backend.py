@@ -54,6 +54,9 @@ def config_patches(mode: str | None, options: dict[str, Any] | None) -> dict[str
         "triton.cudagraphs": False,
     }
     patches.update(MODES[name])
+    from triton_nmp.sweep.integrate import inductor_patches  # the tuning cache and a configured sweep engine
+
+    patches.update(inductor_patches())
     patches.update(options or {})
     return patches
 

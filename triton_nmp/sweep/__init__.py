@@ -1,6 +1,6 @@
 """Tuning sweeps: many kernels x shapes x configs x targets x placements, measured in parallel.
 
-    sweep = Sweep.load("sweep.toml")
+    sweep = Sweep.load("sweep.toml")                       # or record(): a run's autotuned launches
     with engine_from_options("pool", workers=2) as engine:  # or "ray" with ray="auto" / an address
         report = run_sweep(sweep, engine)                   # results merge into the tuning cache
     print(report.table())
@@ -11,7 +11,9 @@ Modules, one job each: `spec` (the sweep file), `plan` (tasks, groups, the paylo
 `measure` (one candidate, as the autotuner measures it), `worker` (runs tasks in any process), `engine`
 (the engine contract, in-process engine, the configured engine), `pool` (local process pool with retries),
 `ray_engine` (Ray), `journal` (finished candidates, for resuming), `progress` (the bar), `runner`
-(`run_sweep`). Design, guarantees and multi-node scaling: docs/sweeps.md.
+(`run_sweep`), `record` (a sweep from a run's autotuned launches), `integrate` (autotuners' and Inductor's
+benchmarking on the configured engine, Inductor template choices in the tuning cache). Design,
+guarantees and multi-node scaling: docs/sweeps.md.
 """
 
 from __future__ import annotations

@@ -239,6 +239,8 @@ def _parse_arg(value: Any, where: str) -> Any:
 def _arg_json(value: Any) -> Any:
     if isinstance(value, TensorSpec):
         return value.to_json()
+    if isinstance(value, torch.Tensor):  # a live launch's tensor (shipped by value, see `integrate`)
+        return {"tensor": list(value.shape), "stride": list(value.stride()), "dtype": str(value.dtype)}
     if isinstance(value, Expr):
         return value.text
     if isinstance(value, float) and not math.isfinite(value):
@@ -274,10 +276,12 @@ class PlacementSpec:
     def _check(policy: str, where: str) -> None:
         from triton_nmp.placement import POLICIES
 
-        name, _, bank = policy.partition(":")
-        if name not in POLICIES or (name == "bank") != bool(bank) or (bank and not bank.isdigit()):
-            raise NMPSweepError(f"{where}: unknown placement {policy!r} (one of {', '.join(POLICIES[:-1])}, "
-                                f"or bank:<n>)")
+        name, _, number = policy.partition(":")
+        numbered = name in ("bank", "interleaved") and number.isdigit()
+        if name not in POLICIES or (name == "bank" and not numbered) or (number and not numbered):
+            names = ", ".join(p for p in POLICIES if p != "bank")
+            raise NMPSweepError(f"{where}: unknown placement {policy!r} (one of {names}, interleaved:<granularity "
+                                f"bytes>, bank:<n>)")
 
     def label(self) -> str:
         parts = ([self.default] if self.default else []) + [f"{k}={v}" for k, v in self.per_arg]
@@ -299,9 +303,11 @@ class PlacementSpec:
             policy = self.policy_for(name)
             if policy is None or not isinstance(value, torch.Tensor):
                 continue
-            kind, _, bank = policy.partition(":")
+            kind, _, number = policy.partition(":")
             if kind == "bank":
-                place(value, bank=int(bank))
+                place(value, bank=int(number))
+            elif number:
+                place(value, kind, granularity=int(number))
             else:
                 place(value, kind)
 
@@ -346,7 +352,10 @@ class KernelCase:
         return {**self.__dict__, "_fn": None}  # workers import the kernel themselves
 
     def build_args(self) -> dict[str, Any]:
-        """Every kernel argument, in the kernel's parameter order (tensors freshly made, expressions evaluated)."""
+        """Every kernel argument, in the kernel's parameter order (tensors freshly made, expressions evaluated).
+
+        Fresh per candidate: a tensor left to the "auto" placement policy is laid out at its first launch, so
+        tensors shared between candidates would give each candidate the layout of whichever ran first."""
         from triton_nmp.tuning.context import unwrap_jit
 
         jit = unwrap_jit(self.fn())
@@ -355,6 +364,8 @@ class KernelCase:
         for name, value in self.args.items():
             if isinstance(value, TensorSpec):
                 named[name] = value.make(gen)
+            elif isinstance(value, torch.Tensor):  # a copy with the same strides: candidates never share bytes
+                named[name] = torch.empty_strided(value.size(), value.stride(), dtype=value.dtype).copy_(value)
             elif not isinstance(value, Expr):
                 named[name] = value
         for name, value in self.args.items():

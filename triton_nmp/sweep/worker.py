@@ -1,10 +1,10 @@
 """The worker side of every engine: turn a task into a `TaskResult`, in whatever process runs it.
 
 A `Worker` lives as long as its process (an engine's pool process, a Ray worker, or the parent for the
-in-process engine) and keeps what tasks share: payloads by id, target specs by hash, and the built and
-placed arguments of the last few (case, target, placement) triples, so a group's candidates on one
-worker build their tensors once. Compiled kernels stay in Triton's caches as usual (in memory, and on disk
-under `TRITON_CACHE_DIR`). A handler never raises: a failure becomes the result's `error`.
+in-process engine) and keeps what tasks share: payloads by id and target specs by hash. Arguments are built
+fresh for every task (seeded, so every worker builds the same bytes; see `KernelCase.build_args` for why
+they are not shared). Compiled kernels stay in Triton's caches as usual (in memory, and on disk under
+`TRITON_CACHE_DIR`). A handler never raises: a failure becomes the result's `error`.
 
 Task kinds: "kernel" (a sweep candidate: `measure.measure_candidate`) and any kind registered with
 `register_handler` (the Inductor integration registers its template-benchmark requests).
@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -23,7 +22,6 @@ from .plan import Payload, Task, TaskResult, target_active
 
 __all__ = ["Worker", "register_handler", "worker_name"]
 
-_ARGS_KEPT = 8
 Handler = Callable[["Worker", Payload, Task], TaskResult]
 _HANDLERS: dict[str, Handler] = {}
 
@@ -53,7 +51,6 @@ class Worker:
 
     def __init__(self) -> None:
         self._specs: dict[str, Any] = {}
-        self._args: OrderedDict[tuple[str, str, str], dict[str, Any]] = OrderedDict()
         self._payloads: dict[str, Payload] = {}
         _ensure_nmp_driver()
 
@@ -75,17 +72,9 @@ class Worker:
         return spec
 
     def args(self, payload: Payload, task: Task) -> dict[str, Any]:
-        """The case's arguments on the task's target and placement (built once, kept for a while)."""
-        key = (task.case, task.target, task.placement)
-        named = self._args.get(key)
-        if named is None:
-            named = payload.cases[task.case].build_args()
-            payload.placements[task.placement].apply(named)
-            self._args[key] = named
-            while len(self._args) > _ARGS_KEPT:
-                self._args.popitem(last=False)
-        else:
-            self._args.move_to_end(key)
+        """The case's arguments, freshly built and placed for this task (see `KernelCase.build_args`)."""
+        named = payload.cases[task.case].build_args()
+        payload.placements[task.placement].apply(named)
         return named
 
     def run(self, payload: Payload, task: Task) -> TaskResult:

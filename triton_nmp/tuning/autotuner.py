@@ -12,7 +12,9 @@ keys and the persistent cache.
 - predictions are made for every legal config (not only when pruning is needed), so the stored
   (predicted, simulated) pairs can recalibrate the model;
 - a config the nmp compiler refuses while benchmarking times as inf, like Triton's OutOfResources;
-- a tqdm progress bar on stderr when more than `PROGRESS_MIN_CONFIGS` configs are measured.
+- a tqdm progress bar on stderr when more than `PROGRESS_MIN_CONFIGS` configs are measured;
+- with a sweep engine configured (`triton_nmp.sweep.set_engine`), the candidates are measured as one batch
+  on its workers (`triton_nmp.sweep.integrate`), and Triton's selection reads those times.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from .cache import Candidate, Entry, EntryKey, TuningCache
 from .configs import config_identity, config_record, jsonable, space_hash
 from .context import kernel_meta, resolve_grid, unwrap_jit, user_stacklevel
 from .perfmodel import PerfModel, prune_configs_by
-from .prune import PrunedConfig, prune_illegal, prune_with_reasons
+from .prune import CachedPrune, PrunedConfig, prune_illegal, prune_with_reasons
 
 try:  # imported here, not per launch: the launcher needs it anyway, and lookups must stay fast
     from triton_nmp.placement import placement_signature
@@ -94,7 +96,7 @@ def median_seconds(timing: Any) -> float | None:
     return ms / 1e3 if math.isfinite(ms) else None
 
 
-def _resolve_cache(cache: Any) -> TuningCache | None:
+def resolve_cache(cache: Any) -> TuningCache | None:
     if cache is True:
         return TuningCache()
     if cache is False or cache is None:
@@ -136,7 +138,7 @@ class NMPAutotuner(Autotuner):
                  reset_to_zero: list[str] | None = None, restore_value: list[str] | None = None, *,
                  cache: Any = True, progress: bool | None = None, **kwargs: Any) -> None:
         super().__init__(fn, arg_names, configs, key, reset_to_zero, restore_value, **kwargs)
-        self.tuning_cache = _resolve_cache(cache)
+        self.tuning_cache = resolve_cache(cache)
         self.progress = progress
         self.last_lookup: Lookup | None = None
         self._caches: dict[Any, dict] = {}
@@ -145,6 +147,7 @@ class NMPAutotuner(Autotuner):
         self._pruned: list[PrunedConfig] = []
         self._bench_errors: dict[triton.Config, str] = {}
         self._to_bench = 0
+        self._pooled: dict[triton.Config, Any] = {}
         self._bar: Any = None
 
     # -------------------------------------------------------------------------------- keys
@@ -199,6 +202,7 @@ class NMPAutotuner(Autotuner):
             return super().run(*args, **kwargs)
         self.configs_timings = None
         self._predictions, self._pruned, self._bench_errors, self._to_bench = {}, [], {}, 0
+        self._pooled = {}
         try:
             ret = super().run(*args, **kwargs)
         finally:
@@ -252,7 +256,7 @@ class NMPAutotuner(Autotuner):
 
     def prune_configs(self, kwargs: dict) -> list[triton.Config]:
         configs = self.configs
-        if self.early_config_prune is prune_illegal:
+        if self.early_config_prune is prune_illegal or isinstance(self.early_config_prune, CachedPrune):
             configs, self._pruned = prune_with_reasons(self.fn, self.configs, self.nargs, kwargs)
         elif self.early_config_prune:
             configs = self.early_config_prune(self.configs, self.nargs, **kwargs)
@@ -281,9 +285,35 @@ class NMPAutotuner(Autotuner):
                 else:
                     configs = sorted(configs, key=lambda c: predicted[c])[:top_k]
         self._to_bench = len(configs)
+        self._pooled = self._measure_on_engine(configs, kwargs)
         return configs
 
+    def _measure_on_engine(self, configs: list[triton.Config], kwargs: dict) -> dict[triton.Config, Any]:
+        """With a sweep engine configured (`triton_nmp.sweep.set_engine`), the candidates as one batch on its
+        workers; `_bench` then serves their times. Empty: benchmark in process as usual."""
+        from triton_nmp.sweep.engine import configured_engine
+
+        engine = configured_engine()
+        if engine is None or len(configs) < 2:
+            return {}
+        from triton_nmp.sweep.integrate import measure_on_engine
+
+        bar = self._progress_bar()
+        results = measure_on_engine(engine, self, configs, self.nargs, kwargs,
+                                    on_result=(lambda c, r: bar.update(1)) if bar is not None else None)
+        if bar is not None:
+            bar.close()
+            self._bar = None
+        return results or {}
+
     def _bench(self, *args: Any, config: triton.Config, **meta: Any) -> Any:
+        pooled = self._pooled.get(config)
+        if pooled is not None:  # measured on the sweep engine
+            from triton_nmp.sweep.integrate import timing_of
+
+            if pooled.error or pooled.pruned:
+                self._bench_errors[config] = (pooled.error or pooled.pruned)[:500]
+            return timing_of(pooled)
         bar = self._progress_bar()
         try:
             result = super()._bench(*args, config=config, **meta)

@@ -19,7 +19,7 @@ import triton
 
 from .configs import config_label
 from .context import find_autotuner, kernel_meta, resolve_grid, unwrap_jit, user_stacklevel
-from .prune import NMPTuningError, prune_illegal
+from .prune import CachedPrune, NMPTuningError, prune_illegal
 
 __all__ = ["PerfModel", "prune_configs_by"]
 
@@ -99,15 +99,23 @@ class PerfModel:
         return self.predict(tuner.fn, nargs, kwargs, config)
 
 
-def prune_configs_by(top_k: int | float = 0.1, model: Any = None) -> dict[str, Any]:
+def prune_configs_by(top_k: int | float = 0.1, model: Any = None, cache: Any = False) -> dict[str, Any]:
     """`prune_configs_by` for `triton.autotune`: legality pruning, then the cost model keeps the best
     `top_k` configs (a fraction <= 1.0 of the legal ones, at least one, or a count) for measuring.
 
     `model`: None for the calibrated model of the active target, or a target / cost model / callable
-    `(kernel, named_args, config, grid) -> seconds`.
+    `(kernel, named_args, config, grid) -> seconds`. `cache` (True, a directory or a `TuningCache`): a stock
+    `triton.autotune` also reads the persistent tuning cache (entries of `triton_nmp.autotune` and of
+    `triton-nmp tune` sweeps; a hit benchmarks nothing) and stores what it measures on a sweep engine.
     """
     if isinstance(top_k, bool) or not isinstance(top_k, (int, float)):
         raise TypeError(f"top_k must be an int count or a float fraction, not {top_k!r}")
     if (isinstance(top_k, float) and not 0.0 < top_k <= 1.0) or (isinstance(top_k, int) and top_k < 1):
         raise ValueError(f"top_k must be a fraction in (0, 1] or a count >= 1, not {top_k!r}")
-    return {"early_config_prune": prune_illegal, "perf_model": PerfModel(model), "top_k": top_k}
+    if cache is False or cache is None:
+        prune = prune_illegal
+    else:
+        from .autotuner import resolve_cache
+
+        prune = CachedPrune(resolve_cache(cache))
+    return {"early_config_prune": prune, "perf_model": PerfModel(model), "top_k": top_k}
