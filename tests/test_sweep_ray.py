@@ -17,8 +17,7 @@ pytestmark = pytest.mark.skipif(not ray_available(), reason=f"Ray is not install
                                                             f"or {RAY_REQUIREMENT}); the process-pool engine is "
                                                             f"tested in tests/test_sweep.py instead")
 
-SMALL = [{"kwargs": {"BLOCK": b, "pu_mapping": m}, "num_stages": 1} for b in (256, 1024)
-         for m in ("round_robin", "locality")]
+SMALL = [{"kwargs": {"BLOCK": b, "pu_mapping": "round_robin"}, "num_stages": 1} for b in (256, 1024)]
 
 
 @pytest.fixture(scope="module")

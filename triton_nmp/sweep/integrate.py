@@ -54,12 +54,12 @@ def _layout_spec(named: dict[str, Any]) -> PlacementSpec:
     """The concrete layout of every placed tensor of a live launch (unplaced ones stay unplaced)."""
     import torch
 
-    from triton_nmp.placement import lookup
+    from triton_nmp.placement import _extent_bytes, lookup
 
     per_arg = []
     for name, v in named.items():
         if isinstance(v, torch.Tensor) and v.device.type == "cpu" and v.numel():
-            found = lookup(v.data_ptr(), v.untyped_storage().nbytes() - v.storage_offset() * v.element_size())
+            found = lookup(v.data_ptr(), _extent_bytes(v))
             if found is not None:
                 policy, bank, granularity = found.layout_signature()
                 text = f"bank:{bank}" if policy == "bank" else (
@@ -121,20 +121,23 @@ def timing_of(result: TaskResult) -> list[float]:
 
 def resolve_stock_launch(tuner: Any, legal: list[triton.Config], pruned: list[Any], named_args: dict[str, Any],
                          kwargs: dict[str, Any], cache: Any) -> triton.Config | None:
-    """For a stock `triton.autotune` using `prune_configs_by(cache=True)`: the config to launch without
-    benchmarking (a cache hit, or measured on the configured engine and stored), else None."""
+    """For a stock `triton.autotune` using `prune_configs_by(...)`: the config to launch without benchmarking
+    (a hit in `cache`, or measured on the configured engine and stored in `cache`), else None (Triton
+    benchmarks as usual). `cache` None: no cache (plain `prune_configs_by()`)."""
     from triton_nmp.tuning.autotuner import arg_summary, entry_key_for, placement_keys
     from triton_nmp.tuning.cache import Candidate, Entry
     from triton_nmp.tuning.configs import space_hash
     from triton_nmp.tuning.perfmodel import PerfModel
 
+    engine = configured_engine()
+    if cache is None and engine is None:
+        return None  # plain `prune_configs_by()` and no engine: Triton benchmarks as usual
     named = {k: v for k, v in {**named_args, **kwargs}.items() if k in tuner.arg_names}
     key = entry_key_for(tuner.fn, tuner.keys, space_hash(tuner.configs), named, placement_keys(named))
     by_id = {config_identity(c): c for c in tuner.configs}
-    entry = cache.lookup(key)
+    entry = cache.lookup(key) if cache is not None else None
     if entry is not None and config_identity(entry.best.config) in by_id:
         return by_id[config_identity(entry.best.config)]
-    engine = configured_engine()
     if engine is None or len(legal) < 2:
         return None
     configs, predicted = legal, {}
@@ -162,10 +165,11 @@ def resolve_stock_launch(tuner: Any, legal: list[triton.Config], pruned: list[An
 
     entry = Entry(key, candidates, winner, [{"config": config_record(p.config), "reason": p.reason} for p in pruned],
                   arg_summary(named), time.time(), sum(r.host_seconds for r in results.values()))
-    try:
-        cache.store(entry)
-    except OSError as exc:
-        _warn_once(f"store:{exc}", f"could not write the tuning cache ({exc}); the result is kept in memory only")
+    if cache is not None:
+        try:
+            cache.store(entry)
+        except OSError as exc:
+            _warn_once(f"store:{exc}", f"could not write the tuning cache ({exc}); the result is kept in memory only")
     return by_id[config_identity(entry.best.config)]
 
 

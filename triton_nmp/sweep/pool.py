@@ -94,6 +94,21 @@ class ProcessPoolEngine(Engine):
 
     def run(self, payload: Payload, tasks: Sequence[Task], on_result: ResultCallback,
             on_retry: RetryCallback | None = None) -> None:
+        try:
+            self._run(payload, tasks, on_result, on_retry)
+        except BaseException:
+            # the caller stopped listening (an exception in on_result, Ctrl-C): workers still busy would
+            # answer a later run with stale results, so they are replaced
+            for i, proc in enumerate(self._procs):
+                if proc.task is not None:
+                    proc.process.kill()
+                    proc.process.join(timeout=5)
+                    proc.conn.close()
+                    self._procs[i] = self._spawn()
+            raise
+
+    def _run(self, payload: Payload, tasks: Sequence[Task], on_result: ResultCallback,
+             on_retry: RetryCallback | None) -> None:
         queue: deque[Task] = deque(tasks)
         attempts: dict[str, int] = {}
         outstanding = len(tasks)
@@ -165,7 +180,7 @@ class ProcessPoolEngine(Engine):
             except (BrokenPipeError, OSError):
                 pass
         for proc in self._procs:
-            proc.process.join(timeout=10)
+            proc.process.join(timeout=3)  # nothing to save in a worker: results are the parent's already
             if proc.process.is_alive():
                 proc.process.kill()
                 proc.process.join(timeout=5)

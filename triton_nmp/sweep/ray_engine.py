@@ -111,8 +111,6 @@ class RayEngine(Engine):
     def run(self, payload: Payload, tasks: Sequence[Task], on_result: ResultCallback,
             on_retry: RetryCallback | None = None) -> None:
         ray = self._ray
-        from ray.exceptions import RayTaskError
-
         boxed = [ray.put(payload)]  # boxed: passed through unresolved, fetched once per worker process
         attempts: dict[str, int] = {}
         pending: dict[Any, Task] = {}
@@ -123,6 +121,17 @@ class RayEngine(Engine):
 
         for task in tasks:
             submit(task)
+        try:
+            self._collect(pending, attempts, submit, on_result, on_retry)
+        finally:
+            for ref in pending:  # the caller stopped listening: do not leave its tasks running
+                ray.cancel(ref, force=True)
+
+    def _collect(self, pending: dict[Any, Task], attempts: dict[str, int], submit: Any, on_result: ResultCallback,
+                 on_retry: RetryCallback | None) -> None:
+        ray = self._ray
+        from ray.exceptions import RayTaskError
+
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
             for ref in ready:
