@@ -10,6 +10,9 @@ first tuning run. Rows:
   the killed worker's candidate runs again elsewhere, every candidate is stored;
 * ray, 2 CPUs (embedded local cluster), with --ray, when Ray is installed.
 
+"CPU s" is the CPU time the run's processes got and "cores used" that over the wall time: on an idle
+2-core machine 2 workers use close to 2 cores; on a shared one, what the others leave.
+
 "same picks" compares every entry's winner and every candidate's simulated time with the baseline's.
 Wall-clock ratios need the 2 cores to ourselves: the load average is printed before and after each run;
 on a shared machine run with --nice and --repeats and read the best pair (the machine's other work then
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import signal
 import sys
 import tempfile
@@ -56,6 +60,12 @@ def gemm_sweep(quick: bool) -> Sweep:
     }]})
 
 
+def _cpu_seconds() -> float:
+    """CPU seconds of this process and its finished descendants (workers are joined when an engine closes)."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def load() -> str:
     return "/".join(f"{x:.1f}" for x in os.getloadavg())
 
@@ -67,6 +77,7 @@ def one_run(label: str, engine_args: dict, quick: bool, kill: bool = False) -> d
         cache = TuningCache(Path(tmp) / "tuning")
         killed: list[int] = []
         before = load()
+        cpu0 = _cpu_seconds()
         t0 = time.perf_counter()
         with engine_from_options(**engine_args) as engine:
             def on_result(task, result, done, total):
@@ -76,9 +87,10 @@ def one_run(label: str, engine_args: dict, quick: bool, kill: bool = False) -> d
 
             report = run_sweep(gemm_sweep(quick), engine, cache, progress=False, on_result=on_result)
         wall = time.perf_counter() - t0
+        cpu = _cpu_seconds() - cpu0
         entries = {e.id: {str(c.config): c.simulated_seconds for c in e.candidates} for e in cache.entries()}
         stored = sum(len(v) for v in entries.values()) + sum(len(e.pruned) for e in cache.entries())
-    return {"label": label, "wall": wall, "report": report, "entries": entries, "stored": stored,
+    return {"label": label, "wall": wall, "cpu": cpu, "report": report, "entries": entries, "stored": stored,
             "killed": len(killed), "load": f"{before} -> {load()}"}
 
 
@@ -117,18 +129,21 @@ def main() -> int:
     rows = []
     for r in rows_runs:
         rep = r["report"]
-        rows.append([r["label"], f"{r['wall']:.1f}", f"{base['wall'] / r['wall']:.2f}x", str(rep.measured),
+        rows.append([r["label"], f"{r['wall']:.1f}", f"{base['wall'] / r['wall']:.2f}x", f"{r['cpu']:.0f}",
+                     f"{r['cpu'] / r['wall']:.2f}", str(rep.measured),
                      f"{r['stored']}/{n}", str(rep.retries), "yes" if r["entries"] == base["entries"] else "NO",
                      r["load"]])
     print(f"\n{n}-candidate sweep (cold compiles), ratio = 1-worker wall time / row's wall time")
-    print(table(["engine", "wall s", "ratio", "measured", "stored", "retried", "same picks+times", "load 1/5/15 min"],
-                rows, {1, 2, 3, 4, 5}))
+    print(table(["engine", "wall s", "ratio", "CPU s", "cores used", "measured", "stored", "retried",
+                 "same picks+times", "load 1/5/15 min"], rows, {1, 2, 3, 4, 5, 6, 7}))
+    print("CPU s: CPU time of the run's processes (workers, their LLVM children, the parent; Ray's own workers "
+          "are not children and not counted); cores used = CPU s / wall s, what the machine's other load left us")
     ratios = [p[0]["wall"] / p[1]["wall"] for p in pairs]
     if len(ratios) > 1:
         print(f"2-vs-1 ratios over {len(ratios)} pairs: " + ", ".join(f"{x:.2f}" for x in ratios))
     best = base["report"].groups[0]
     print(f"pick: {best.best} ({best.best_seconds * 1e6:.2f} us simulated)")
-    return 0 if all(r[6] == "yes" for r in rows) else 1
+    return 0 if all(r[8] == "yes" for r in rows) else 1
 
 
 if __name__ == "__main__":
