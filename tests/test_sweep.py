@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -299,34 +301,63 @@ def test_kernel_workers_cannot_import_is_benchmarked_in_process(tmp_path, config
 # ------------------------------------------------------------------ Inductor on the configured engine
 
 
+LATER_COMPILE = """
+import json, torch
+from triton_nmp.inductor import tuning_stats
+from triton_nmp.sweep import integrate
+hits = []
+lookup = integrate.cached_choice_ms
+integrate.cached_choice_ms = lambda bmreq: hits.append(lookup(bmreq)) or hits[-1]
+a, b = torch.randn(160, 96), torch.randn(96, 224)
+out = torch.compile(lambda x, y: x @ y, backend="nmp", options={"fx_graph_cache": False, "max_autotune": True})(a, b)
+torch.testing.assert_close(out, a @ b, atol=1e-4, rtol=1e-4)
+print(json.dumps({"hits": sum(h is not None for h in hits), "simulated": tuning_stats().benchmarks}))
+"""
+
+
 def test_inductor_template_choices_on_the_engine_then_from_the_cache(tmp_path, configured, monkeypatch):
     from triton_nmp.inductor import reset_tuning_stats, tuning_stats
-    from triton_nmp.sweep import set_engine
+    from triton_nmp.sweep import integrate
     from triton_nmp.triton_name import cpu_entry_registered
 
     if not cpu_entry_registered():
         pytest.skip("triton-nmp's Triton entry point 'cpu' is not registered: reinstall (pip install -e .)")
     monkeypatch.setenv("TRITON_NMP_TUNING_CACHE", str(tmp_path / "tc"))
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor-1"))
-    a, b = torch.randn(256, 128), torch.randn(128, 192)
+    a, b = torch.randn(160, 96), torch.randn(96, 224)  # shapes no other test compiles (Inductor memoises choices)
     options = {"fx_graph_cache": False, "max_autotune": True}
+    counts = {"shipped": 0, "hits": 0, "measured": 0}
+    ship, lookup = integrate.InductorEnginePool.benchmark, integrate.cached_choice_ms
+
+    def counting_ship(self, choices):
+        counts["shipped"] += len(choices)
+        return ship(self, choices)
+
+    def counting_lookup(bmreq):
+        ms = lookup(bmreq)
+        counts["hits"] += ms is not None
+        return ms
+
+    monkeypatch.setattr(integrate.InductorEnginePool, "benchmark", counting_ship)
+    monkeypatch.setattr(integrate, "cached_choice_ms", counting_lookup)
 
     torch._dynamo.reset()
     reset_tuning_stats()
     out = torch.compile(lambda x, y: x @ y, backend="nmp", options=options)(a, b)
     torch.testing.assert_close(out, a @ b, atol=1e-4, rtol=1e-4)
+    assert counts["shipped"] >= 2 and counts["hits"] == 0
     assert tuning_stats().benchmarks == 0  # every template choice was benchmarked on the pool's workers
     choices = [e for e in TuningCache(tmp_path / "tc").entries() if e.key.space == "inductor-template"]
-    assert len(choices) >= 2 and all(e.best.simulated_seconds > 0 for e in choices)
+    assert len(choices) == counts["shipped"] and all(e.best.simulated_seconds > 0 for e in choices)
 
-    # a later compile in process, Inductor's own caches cold: the choices' times come from the tuning cache
-    set_engine(None)
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor-2"))
-    torch._dynamo.reset()
-    reset_tuning_stats()
-    out = torch.compile(lambda x, y: x @ y, backend="nmp", options=options)(a, b)
-    torch.testing.assert_close(out, a @ b, atol=1e-4, rtol=1e-4)
-    assert tuning_stats().benchmarks == 0
+    # a later compile in another process, Inductor's own caches cold, no engine: the tuning cache serves every
+    # choice and nothing is simulated
+    later = tmp_path / "later.py"
+    later.write_text(LATER_COMPILE)
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor-2"), "TRITON_NMP_SWEEP_ENGINE": ""}
+    done = subprocess.run([sys.executable, str(later)], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"hits": len(choices), "simulated": 0}
 
 
 # ------------------------------------------------------------------------------ recorded sweeps
