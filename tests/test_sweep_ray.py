@@ -53,3 +53,18 @@ def test_ray_worker_killed_halfway_every_result_stored(tmp_path, ray_engine):
     report = run_sweep(scale_add_sweep(), ray_engine, cache, progress=False, on_result=kill_one_halfway)
     assert killed and report.retries >= 1
     assert report.picks() == ref.picks() and entry_times(cache) == entry_times(ref_cache)
+
+
+def test_joining_an_address_nothing_listens_at_fails_fast():
+    import socket
+
+    from triton_nmp.sweep import NMPSweepError
+    from triton_nmp.sweep.ray_engine import RayEngine
+
+    with socket.socket() as s:  # a loopback port that was free a moment ago
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(NMPSweepError, match=f"cannot reach the Ray cluster at '127.0.0.1:{port}'"):
+        RayEngine(f"127.0.0.1:{port}")
+    with pytest.raises(NMPSweepError, match="expected 'auto' or a cluster address HOST:PORT"):
+        RayEngine("somewhere")

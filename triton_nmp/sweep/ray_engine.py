@@ -49,6 +49,20 @@ def _worker_env() -> dict[str, str]:
     return env
 
 
+def _check_reachable(address: str, timeout: float = 5.0) -> None:
+    """Fail fast on an address nothing listens at (Ray itself retries for minutes)."""
+    import socket
+
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        raise NMPSweepError(f"--ray {address!r}: expected 'auto' or a cluster address HOST:PORT (the head's GCS port)")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise NMPSweepError(f"cannot reach the Ray cluster at {address!r} ({exc}): is `ray start --head` running "
+                            f"there, and is this its GCS port?") from None
+
+
 _WORKER: Any = None
 
 
@@ -79,6 +93,8 @@ class RayEngine(Engine):
                                 f"--engine pool runs on this machine without it")
         self.address = address
         embedded = address in ("auto", "local")
+        if not embedded:
+            _check_reachable(address)
         if embedded:
             # before `import ray`: Ray reads these at import; loopback only, nothing reported anywhere
             os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
