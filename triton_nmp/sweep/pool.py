@@ -36,6 +36,9 @@ def _worker_main(conn: Connection) -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; Ctrl-C there closes the pool
+    import torch
+
+    torch.set_num_threads(1)  # one worker is one CPU (as a Ray task of num_cpus=1): N workers, N busy threads
     from .worker import Worker
 
     worker = Worker()
