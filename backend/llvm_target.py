@@ -244,6 +244,12 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 atexit.register(lambda: _pool.close())
 
 
+def shutdown() -> None:
+    """Stop this process's idle LLVM workers now (and reap them): for a process about to leave by
+    `os._exit`, which skips atexit."""
+    _pool.close()
+
+
 def prewarm() -> None:
     """Start an LLVM worker in the background (no-op when one exists or the guard is off)."""
     if os.environ.get("TRITON_NMP_LLVM_GUARD", "1") != "0":
