@@ -74,6 +74,11 @@ def test_promotion_rules_follow_triton() -> None:
     env = {"x": infer(Load(0, "float32", ("M",)), {})}
     with pytest.raises(TypeError, match="bitwise"):
         infer(Bin("&", Var("x"), Var("x")), env)
+    from scripts.fuzzlib.program import Reduce
+    assert infer(Reduce("min", Load(0, "uint16", ("M",)), 0), {}).dtype == "int32"  # max/min promote < 32 bits
+    assert infer(Reduce("max", Load(0, "float16", ("M",)), 0), {}).dtype == "float32"
+    assert infer(Reduce("sum", Load(0, "float16", ("M",)), 0), {}).dtype == "float16"
+    assert infer(Reduce("sum", Load(0, "uint8", ("M",)), 0), {}).dtype == "uint32"
 
 
 def test_oracle_flags_a_wrong_result_and_accepts_a_right_one() -> None:

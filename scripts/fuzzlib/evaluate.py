@@ -494,6 +494,7 @@ class Evaluator:
                 unc = or_unc(unc, close)
             return RV(idx.to(torch.int64), out, None, unc)
         if e.op in ("max", "min"):
+            a = self.cast(a, out)  # promoted first (int32 / fp32 below 32 bits)
             if a.dtype.is_int:
                 xo = as_signed_order(a.v, a.dtype)
                 pos = (xo.argmax(ax) if e.op == "max" else xo.argmin(ax)).unsqueeze(ax)

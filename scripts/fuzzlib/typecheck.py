@@ -200,6 +200,11 @@ def infer(e, env: dict[str, VT]) -> VT:
                 return VT(("int32" if d.kind == "int" else "uint32"), dims)
             return VT(a.dtype, dims)
         if e.op in ("max", "min"):
+            # standard.max/min promote types narrower than 32 bits (and bf16): floats to fp32, integers
+            # (unsigned too) to int32
+            d = a.d
+            if d.bits < 32 or d.name == "bfloat16":
+                return VT("float32" if d.is_float else "int32", dims)
             return VT(a.dtype, dims)
         fn = combine.get(e.op)
         fn.check(a.d)
