@@ -138,16 +138,21 @@ def _warm_up() -> None:
     one ended); a child killed mid-request could leave it half-answered, so the server exits after a
     timeout or crash and the client starts a fresh one."""
     import importlib.util
+    import shutil
     import tempfile
 
     import torch
-    path = Path(tempfile.mkdtemp(prefix="fuzz_warm_")) / "warm.py"
-    path.write_text(_WARMUP)
-    spec = importlib.util.spec_from_file_location("fuzz_warm", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    x = torch.zeros(8)
-    mod.warm[(1,)](x, torch.empty(8), N=8)
+    tmp = Path(tempfile.mkdtemp(prefix="fuzz_warm_"))
+    try:  # the JIT reads the source at decoration; the file is not needed after the launch
+        path = tmp / "warm.py"
+        path.write_text(_WARMUP)
+        spec = importlib.util.spec_from_file_location("fuzz_warm", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        x = torch.zeros(8)
+        mod.warm[(1,)](x, torch.empty(8), N=8)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _serve(mode: str) -> None:
