@@ -113,9 +113,11 @@ class CodegenBase:
         return for_range(self.b, self.fn, count, start)
 
     def loop(self, count: ir.Value | int, body: Callable[[ir.Value], None], start: ir.Value | int = 0) -> None:
-        """`body(i)` for i in range(start, count), for bodies written as a function (nests, lambdas)."""
-        with self.for_range(count, start) as i:
-            body(i)
+        """`body(i)` for i in range(start, count), for bodies written as a function (nests, lambdas); the
+        same loop as `for_range` without a generator per loop (codegen emits thousands)."""
+        loop = open_counted(self.b, self.fn, count, start)
+        body(loop.index)
+        loop.carry()
 
     def loop_nest(self, shape: tuple[int, ...], body) -> None:
         def rec(d: int, idx: list[ir.Value]) -> None:
@@ -361,13 +363,19 @@ def open_loop(b: ir.IRBuilder, fn: ir.Function, names: tuple[str, str, str], ini
     return Loop(b, header, body, end, index, values, step)
 
 
-@contextmanager
-def for_range(b: ir.IRBuilder, fn: ir.Function, count: ir.Value | int, start: ir.Value | int = 0) -> Iterator[ir.Value]:
-    """`for i in range(start, count)` with an i64 index; the with-block is the body."""
+def open_counted(b: ir.IRBuilder, fn: ir.Function, count: ir.Value | int, start: ir.Value | int = 0) -> Loop:
+    """`for i in range(start, count)` with an i64 index, opened: the builder is in the body; `carry()` ends it."""
     count = _i64(count) if isinstance(count, int) else count
     loop = open_loop(b, fn, ("loop", "body", "endloop"), (), _i64(start) if isinstance(start, int) else start,
                      _i64(1))
     loop.test(b.icmp_signed("<", loop.index, count))
+    return loop
+
+
+@contextmanager
+def for_range(b: ir.IRBuilder, fn: ir.Function, count: ir.Value | int, start: ir.Value | int = 0) -> Iterator[ir.Value]:
+    """`for i in range(start, count)` with an i64 index; the with-block is the body."""
+    loop = open_counted(b, fn, count, start)
     yield loop.index
     loop.carry()
 

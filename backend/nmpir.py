@@ -157,9 +157,9 @@ def _verify_operands(op: Op, f: Func, stage: str) -> None:
     d = op_def(op.name)
     if d is None:
         _fail(op, f, stage, "not an nmpir op (see backend/ops.py)")
-    for slot in d.slots:
-        if slot.count and not isinstance(op.attrs.get(slot.count), int):
-            _fail(op, f, stage, f"attribute '{slot.count}' (number of {slot.name} operands) is missing")
+    for attr, group in d.count_attrs:
+        if not isinstance(op.attrs.get(attr), int):
+            _fail(op, f, stage, f"attribute '{attr}' (number of {group} operands) is missing")
     expect, at_least = d.operand_count(op.attrs)
     n = len(op.operands)
     if n < expect or (n > expect and not at_least):

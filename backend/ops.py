@@ -68,12 +68,21 @@ class OpDef:
     view: bool = False
     doc: str = ""
     slots: tuple[Slot, ...] = field(default=(), compare=False)
+    count_attrs: tuple[tuple[str, str], ...] = field(default=(), compare=False)  # (attribute, group) of [attr] groups
+    fixed_count: tuple[int, bool] | None = field(default=None, compare=False)  # operand_count when attrs do not matter
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "slots", tuple(Slot.parse(t) for t in self.layout.split()))
+        slots = tuple(Slot.parse(t) for t in self.layout.split())
+        object.__setattr__(self, "slots", slots)
+        object.__setattr__(self, "count_attrs", tuple((s.count, s.name) for s in slots if s.count))
+        plain = all(not (s.count or s.when) for s in slots)  # the count never depends on attributes
+        fixed = (sum(1 for s in slots if not s.rest), any(s.rest for s in slots)) if plain else None
+        object.__setattr__(self, "fixed_count", fixed)
 
     def operand_count(self, attrs: dict) -> tuple[int, bool]:
         """The operand count the layout asks for under `attrs`, and whether it is a minimum (`*` group)."""
+        if self.fixed_count is not None:
+            return self.fixed_count
         n = 0
         for s in self.slots:
             if s.rest:
