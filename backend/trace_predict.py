@@ -146,6 +146,7 @@ class _Predictor:
         self.users = use_counts(func)
         self.accesses: dict[int, int] = {}  # nmp.vec op -> scratchpad accesses of its loop (codegen's fusion)
         self.blocks_seen: set[tuple[int, int]] = set()
+        self.gather_rows = _gather_row_slice(func)
 
     def val(self, v: Value):
         if id(v) in self.unknown:
@@ -265,7 +266,7 @@ class _Predictor:
         """Values of a 1-D integer tile computed from scalars (a row gather's offsets, e.g. `% M` rows) as
         an array (programs, elements), kept in `tiles`; tiles from loaded data are not computed."""
         r = op.result
-        if len(r.type.shape) != 1 or not r.type.is_int:
+        if id(r) not in self.gather_rows or len(r.type.shape) != 1 or not r.type.is_int:
             return
         n = r.type.shape[0]
         if op.name == "nmp.iota":
@@ -405,6 +406,34 @@ class _Predictor:
             if id(r) in results and id(r) not in self.unknown:
                 self.env[id(r)] = results[id(r)]
         return out
+
+
+def _gather_row_slice(func: Func) -> set[int]:
+    """Ids of the values a row gather's offsets (`index` of a DMA) are computed from: the only tiles
+    `index_tile` evaluates. A tile holds (programs x elements) integers, so evaluating every integer tile of
+    a large launch (a pointwise kernel's `x % 768` over thousands of programs) costs seconds for nothing."""
+    roots: list[Value] = []
+
+    def walk(ops: list[Op]) -> None:
+        for op in ops:
+            if op.name in ("nmp.dma_load", "nmp.dma_store"):
+                index = Operands(op).index
+                if index is not None:
+                    roots.append(index)
+            for region in op.regions:
+                walk(region.block.ops)
+
+    walk(func.body.ops)
+    need: set[int] = set()
+    while roots:
+        v = roots.pop()
+        if id(v) in need:
+            continue
+        need.add(id(v))
+        owner = v.owner
+        if isinstance(owner, Op) and owner.name in ("nmp.iota", "nmp.splat", "nmp.vec"):
+            roots.extend(o for o in owner.operands if o.type.is_tensor)
+    return need
 
 
 def predict_trace(func: Func, scalars: dict[str, int | float], spans: dict[str, int],
