@@ -10,7 +10,7 @@ import torch
 
 import triton_nmp
 from triton_nmp.inductor import choices, compiled_graphs, gemm, reset_tuning_stats, tuning_stats
-from triton_nmp.llm import build, greedy_generate
+from triton_nmp.llm import build, check_generation, greedy_generate
 from triton_nmp.triton_name import cpu_entry_registered
 
 pytestmark = pytest.mark.skipif(
@@ -51,16 +51,64 @@ def test_llama_tiny_fp16_prefill_decode_and_greedy_tokens_match_eager():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name,dtype,atol", [("gpt2", torch.float16, 5e-2), ("gpt2", torch.float32, 1e-3),
-                                             ("llama", torch.bfloat16, 1e-1), ("llama", torch.float32, 1e-3)])
+                                             ("llama", torch.float16, 5e-2), ("llama", torch.bfloat16, 1e-1),
+                                             ("llama", torch.float32, 1e-3)])
 def test_full_size_models_match_eager(name, dtype, atol):
+    """Prefill of 512 tokens, 31 decode steps over the KV cache of 1024: logits match eager's at every step (on
+    eager's tokens), 32 greedy tokens are eager's up to a numerical tie of eager's own logits (none in fp32)."""
     model = build(name, dtype)
     twin = copy.deepcopy(model)
     compiled = torch.compile(twin, backend="nmp")
     prompt = torch.randint(0, model.cfg.vocab, (1, 512), generator=torch.Generator().manual_seed(1))
-    want = greedy_generate(model, model, prompt, 32)
-    got = greedy_generate(twin, compiled, prompt, 32)
-    torch.testing.assert_close(got.prefill_logits, want.prefill_logits, atol=atol, rtol=atol)
-    assert got.tokens == want.tokens
+    check = check_generation(model, compiled, prompt, 32, atol=atol, twin=twin)
+    print(check.summary())
+    torch.testing.assert_close(check.forced.prefill_logits, check.eager.prefill_logits, atol=atol, rtol=atol)
+    for got, want in zip(check.forced.decode_logits, check.eager.decode_logits):
+        torch.testing.assert_close(got, want, atol=atol, rtol=atol)
+    assert not check.failures(), check.failures()
+    if dtype == torch.float32:
+        assert check.first_tie is None and check.free_tokens == check.eager_tokens
+    for g in compiled_graphs()[-2:]:
+        assert not g.host_fallbacks, g.summary()
+
+
+def test_generation_check_catches_wrong_logits_and_tokens_and_tolerates_ties():
+    model = build("gpt2-tiny", torch.float32, std=0.3)
+    prompt = torch.randint(0, model.cfg.vocab, (1, 6), generator=torch.Generator().manual_seed(1))
+    same = check_generation(model, model, prompt, 5, atol=1e-4)
+    assert not same.failures() and same.first_tie is None and same.free_tokens == same.eager_tokens
+    assert "5 steps" in same.summary() and "5/5 tokens equal eager's; ok" in same.summary()
+    wrong_token = same.eager_tokens[3] + 1
+    runs = []
+
+    def bad(ids, pos=None, free_only=False):  # prefers another token at the third decode step
+        if pos is None:
+            runs.append(1)
+        logits = model(ids, pos)
+        if pos is not None and int(pos) == prompt.shape[1] + 2 and (len(runs) == 2 or not free_only):
+            logits[0, -1, wrong_token] += 100.0
+        return logits
+
+    wrong = check_generation(model, bad, prompt, 5, atol=1e-4)
+    assert wrong.free_tokens[:3] == wrong.eager_tokens[:3] and wrong.free_tokens[3] == wrong_token
+    assert wrong.failures()[0].startswith(f"token 3: logits differ from eager's by 100 (tolerance")
+    assert f"compiled argmax {wrong_token}, eager {same.eager_tokens[3]}" in wrong.failures()[0]
+    runs.clear()  # wrong only when generating on its own (state carried between calls): the free run catches it
+    free = check_generation(model, lambda ids, pos=None: bad(ids, pos, free_only=True), prompt, 5, atol=1e-4)
+    assert free.failures() == [f"free-running tokens part from eager's at token 3 before the first tie (None): "
+                               f"{free.free_tokens} vs {free.eager_tokens}"]
+
+    def tie(ids, pos=None):  # eager's runner-up moved ahead within the tolerance (coarse here): either may win
+        logits = model(ids, pos)
+        if pos is not None and int(pos) == prompt.shape[1] + 2:
+            top = logits[0, -1].topk(2)
+            logits[0, -1, top.indices[1]] = top.values[0] + 1e-5
+        return logits
+
+    tied = check_generation(model, tie, prompt, 5, atol=1.0)
+    assert tied.first_tie == 3 and tied.free_tokens[3] != tied.eager_tokens[3] and not tied.failures()
+    with pytest.raises(ValueError, match="forced has 1 tokens; 4 are fed for 5 new ones"):
+        greedy_generate(model, model, prompt, 5, forced=[1])
 
 
 def test_gemm_candidates_fit_the_scratchpad_and_rank_by_the_model():
