@@ -6,10 +6,14 @@ serve a whole generation. The architectures follow the originals: GPT-2 (learned
 fused QKV, GELU-tanh MLP, tied LM head) and Llama (RMSNorm, rotary embeddings, grouped-query attention,
 SwiGLU MLP, untied LM head).
 
-The KV cache is a pair of buffers per model, `[layers, batch, kv_heads, max_len, head_dim]`. `prefill(ids)`
-fills positions `[0, T)` and attends causally over the prompt; `decode(ids, pos)` writes one token at the
-position held in the 1-element int64 tensor `pos` and attends over the whole cache with positions after
-`pos` masked, so every decode step has the same shapes (no recompilation).
+The KV cache is a pair of buffers per layer, `[batch, kv_heads, max_len, head_dim]`, written in place with
+`cache[:, :, positions] = new` (an `index_put_` on the buffer itself): functionalised, that is an `index_put`
+into a graph input followed by a copy back, which Inductor re-inplaces, so a step writes only the new
+positions. (A single `[layers, ...]` buffer, or `index_copy_` on a view of it, is functionalised into a
+scatter of the whole cache per layer: every step would copy all of it.) `prefill(ids)` fills positions
+`[0, T)` and attends causally over the prompt; `decode(ids, pos)` writes one token at the position held in
+the 1-element int64 tensor `pos` and attends over the whole cache with positions after `pos` masked, so
+every decode step has the same shapes (no recompilation).
 """
 
 from __future__ import annotations
@@ -87,14 +91,19 @@ class _CachedDecoder(nn.Module):
     def __init__(self, cfg, batch: int) -> None:
         super().__init__()
         self.cfg = cfg
-        shape = (cfg.layers, batch, cfg.kv_heads, cfg.max_positions, cfg.head_dim)
-        self.register_buffer("k_cache", torch.zeros(shape), persistent=False)
-        self.register_buffer("v_cache", torch.zeros(shape), persistent=False)
+        shape = (batch, cfg.kv_heads, cfg.max_positions, cfg.head_dim)
+        for i in range(cfg.layers):
+            self.register_buffer(f"k_cache_{i}", torch.zeros(shape), persistent=False)
+            self.register_buffer(f"v_cache_{i}", torch.zeros(shape), persistent=False)
+
+    def caches(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The (keys, values) cache buffers of `layer`."""
+        return getattr(self, f"k_cache_{layer}"), getattr(self, f"v_cache_{layer}")
 
     def _masks(self, t: int, pos: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         """(positions of the new tokens, additive attention mask)."""
         if pos is None:  # prefill: causal over the prompt
-            positions = torch.arange(t, device=self.k_cache.device)
+            positions = torch.arange(t, device=self.k_cache_0.device)
             keep = positions[None, :] <= positions[:, None]
         else:  # decode: one token at `pos`, the cache holds [0, pos]
             positions = pos
@@ -102,25 +111,23 @@ class _CachedDecoder(nn.Module):
         mask = torch.zeros(keep.shape, device=keep.device).masked_fill(~keep, float("-inf"))
         return positions, mask
 
-    def _cache(self, layer: int, k: torch.Tensor, v: torch.Tensor,
-               pos: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write the new keys/values; return those to attend over."""
-        if pos is None:
-            t = k.shape[2]
-            self.k_cache[layer, :, :, :t] = k
-            self.v_cache[layer, :, :, :t] = v
-            return k, v
-        self.k_cache[layer].index_copy_(2, pos, k)
-        self.v_cache[layer].index_copy_(2, pos, v)
-        return self.k_cache[layer], self.v_cache[layer]
+    def _cache(self, layer: int, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor,
+               prefill: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write the new keys/values at `positions` in place; return those to attend over (prefill: the new
+        ones; decode: the whole cache)."""
+        k_cache, v_cache = self.caches(layer)
+        k_cache[:, :, positions] = k
+        v_cache[:, :, positions] = v
+        return (k, v) if prefill else (k_cache, v_cache)
 
     def forward(self, ids: torch.Tensor, pos: torch.Tensor | None = None) -> torch.Tensor:
         """Logits `[B, T, vocab]` (float32) of `ids` `[B, T]`; `pos` None for prefill, else the decode position."""
         raise NotImplementedError
 
     def reset_cache(self) -> None:
-        self.k_cache.zero_()
-        self.v_cache.zero_()
+        for i in range(self.cfg.layers):
+            for c in self.caches(i):
+                c.zero_()
 
 
 class GPT2(_CachedDecoder):
@@ -148,7 +155,7 @@ class GPT2(_CachedDecoder):
             h = self.ln_1[i](x)
             q, k, v = self.c_attn[i](h).split(cfg.hidden, dim=-1)
             q, k, v = (z.view(b, t, cfg.heads, cfg.head_dim).transpose(1, 2) for z in (q, k, v))
-            k, v = self._cache(i, k, v, pos)
+            k, v = self._cache(i, k, v, positions, pos is None)
             a = _attend(q, k, v, mask).transpose(1, 2).reshape(b, t, cfg.hidden)
             x = x + self.c_proj[i](a)
             h = self.ln_2[i](x)
@@ -210,7 +217,7 @@ class Llama(_CachedDecoder):
             k = self.k_proj[i](h).view(b, t, cfg.kv_heads, cfg.head_dim).transpose(1, 2)
             v = self.v_proj[i](h).view(b, t, cfg.kv_heads, cfg.head_dim).transpose(1, 2)
             q, k = _rope(q, cos, sin), _rope(k, cos, sin)
-            k, v = self._cache(i, k, v, pos)
+            k, v = self._cache(i, k, v, positions, pos is None)
             a = _attend(q, k, v, mask).transpose(1, 2).reshape(b, t, cfg.hidden)
             x = x + self.o_proj[i](a)
             h = self.mlp_norm[i](x)
