@@ -21,7 +21,16 @@ from dataclasses import dataclass, field
 
 from llvmlite import ir
 
-from triton_nmp.abi import COUNTERS, CTX_TRACE_ON, KIND_MATMUL, KIND_VEC, STATUS_OUT_OF_BOUNDS, dtype_code
+from triton_nmp.abi import (
+    COUNTERS,
+    CTX_SPILL_PTR,
+    CTX_TRACE_ON,
+    KIND_MATMUL,
+    KIND_VEC,
+    SPILL_ARG,
+    STATUS_OUT_OF_BOUNDS,
+    dtype_code,
+)
 from triton_nmp.errors import NMPCompilationError
 from triton_nmp.opclass import classify, region_class
 
@@ -327,6 +336,18 @@ class KernelCodegen(ControlFlowCodegen, MemoryCodegen, RuntimeCodegen, LanguageC
 
     def op_nmp_view(self, op: Op) -> None:
         self.bufs[id(op.result)] = self.buffer(op.operands[0])
+
+    def op_nmp_slice(self, op: Op) -> None:
+        """A contiguous piece of the source's buffer: `start` rows along `axis` further in."""
+        src = op.operands[0]
+        row = _prod(src.type.shape[op.attrs["axis"] + 1:])
+        self.bufs[id(op.result)] = self.b.gep(self.buffer(src), [self.b.mul(self.scalar(op.operands[1]), _i64(row))])
+
+    def op_nmp_spill_area(self, op: Op) -> None:
+        """The program's spill area (allocated by the grid entry): DMAs address it like an argument."""
+        base = self.b.load(self.b.gep(self.ctx, [_i64(CTX_SPILL_PTR)]))
+        self.vals[id(op.result)] = base
+        self.arg_info[id(op.result)] = (SPILL_ARG, base, _i64(int(op.attrs["bytes"])))
 
     def op_nmp_broadcast(self, op: Op) -> None:
         if self.timing_only:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from triton_nmp.abi import KIND_DMA_LOAD, KIND_DMA_STORE, KIND_GATHER, KIND_SCATTER, STATUS_OUT_OF_BOUNDS
+from triton_nmp.abi import KIND_DMA_LOAD, KIND_DMA_STORE, KIND_GATHER, KIND_SCATTER, SPILL_ARG, STATUS_OUT_OF_BOUNDS
 
 from .codegen_base import CodegenBase, _const, _i64, _prod_values, _row_major, open_loop
 from .codegen_scalar import I1, I8, I64, storage_type, to_storage
@@ -223,8 +223,11 @@ class MemoryCodegen(CodegenBase):
         if not self.timing_only:
             self._box_copy(tile, self.arg_info[id(root)][1], offset, strides, valid, to_tile, tile_first)
         name = "dma_loads" if to_tile else "dma_stores"
+        nbytes = b.mul(_prod_values(b, valid), _i64(esize))
         self.count(name, _i64(1))
-        self.count(name[:-1] + "_bytes", b.mul(_prod_values(b, valid), _i64(esize)))
+        self.count(name[:-1] + "_bytes", nbytes)
+        if self.arg_info[id(root)][0] == SPILL_ARG:
+            self.count("spill_bytes", nbytes)
         if to_tile:
             self._trace_dma(KIND_DMA_LOAD, root, offset, strides, valid, esize, self._prefetch_flag(op))
         else:

@@ -11,16 +11,18 @@ from llvmlite import ir
 from triton_nmp.abi import (
     CTX_PID,
     CTX_SITE,
+    CTX_SPILL_PTR,
     CTX_STATUS,
     CTX_TRACE_CAP,
     CTX_TRACE_LEN,
     CTX_TRACE_ON,
     CTX_TRACE_PTR,
     MAX_TRACE_RECORDS,
+    STATUS_NO_MEMORY,
     TRACE_WORDS,
 )
 
-from .codegen_base import CodegenBase, _i64, for_range
+from .codegen_base import CodegenBase, _i64, for_range, if_unlikely
 from .codegen_scalar import I1, I8, I64
 from .codegen_watchdog import tick as watchdog_tick
 
@@ -36,12 +38,31 @@ class RuntimeCodegen(CodegenBase):
         fail = g.append_basic_block("fail")
 
         grid_site = self.grid_site()
+        spill = self._spill_area_bytes()
+        area = None
+        i8p = I8.as_pointer()
+        if spill:  # the spill area of one program at a time (a launch runs its programs one after another)
+            malloc = self.module.globals.get("malloc") or ir.Function(self.module, ir.FunctionType(i8p, [I64]),
+                                                                       "malloc")
+            area = b.call(malloc, [_i64(spill)])
+            b.store(b.ptrtoint(area, I64), b.gep(ctx, [_i64(CTX_SPILL_PTR)]))
+            with if_unlikely(b, g, b.icmp_unsigned("==", b.ptrtoint(area, I64), _i64(0))):
+                b.store(_i64(STATUS_NO_MEMORY), b.gep(ctx, [_i64(CTX_STATUS)]))
+                b.ret(_i64(STATUS_NO_MEMORY))
+
+        def ret(bb: ir.IRBuilder, status: ir.Value) -> None:
+            if area is not None:
+                free = self.module.globals.get("free") or ir.Function(
+                    self.module, ir.FunctionType(ir.VoidType(), [i8p]), "free")
+                bb.call(free, [area])
+                bb.store(_i64(0), bb.gep(ctx, [_i64(CTX_SPILL_PTR)]))
+            bb.ret(status)
 
         def stop_grid(bb: ir.IRBuilder, status: ir.Value, idx: list[ir.Value]) -> None:
             for k, v in ((CTX_STATUS, status), (CTX_SITE, _i64(grid_site)),
                          (CTX_PID, idx[0]), (CTX_PID + 1, idx[1]), (CTX_PID + 2, idx[2])):
                 bb.store(v, bb.gep(ctx, [_i64(k)]))
-            bb.ret(status)
+            ret(bb, status)
 
         def nest(level: int, idx: list[ir.Value]) -> None:
             if level < 0:
@@ -55,10 +76,15 @@ class RuntimeCodegen(CodegenBase):
                 nest(level - 1, idx[:level] + [i] + idx[level + 1:])
 
         nest(2, [None, None, None])
-        b.ret(_i64(0))
+        ret(b, _i64(0))
         fb = ir.IRBuilder(fail)
-        fb.ret(fb.load(ctx))
+        ret(fb, fb.load(ctx))
         return g
+
+    def _spill_area_bytes(self) -> int:
+        """Bytes of the kernel's spill area (its `nmp.spill_area` op, first in the body), 0 without one."""
+        ops = self.func.body.ops
+        return int(ops[0].attrs["bytes"]) if ops and ops[0].name == "nmp.spill_area" else 0
 
     def _trace_helper(self) -> ir.Function:
         """`i64 nmp_trace(ctx, w0..w7)`: append a record if tracing is on, growing the buffer with realloc;

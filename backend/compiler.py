@@ -113,17 +113,19 @@ class NMPOptions:
 
 
 class NMPIR:
-    """The nmpir stage's result: the module and its scratchpad plan for the next stage, and their text
-    for caches and dumps."""
+    """The nmpir stage's result: the module, its scratchpad plan and what spilled to the bank (None when
+    nothing did) for the next stage, and their text for caches and dumps."""
 
-    def __init__(self, module, plan: ScratchpadPlan):
+    def __init__(self, module, plan: ScratchpadPlan, spill=None):
         self.module = module
         self.plan = plan
+        self.spill = spill
         self._text: str | None = None
 
     def __str__(self) -> str:
         if self._text is None:
-            self._text = self.plan.summary() + "\n" + print_module(self.module)
+            head = self.plan.summary() + "\n" + (self.spill.summary() + "\n" if self.spill is not None else "")
+            self._text = head + print_module(self.module)
         return self._text
 
 
@@ -216,8 +218,10 @@ class NMPBackend(BaseBackend):
         metadata["nmp_num_stages"] = ctx.stages  # the multi-buffering depth that fits (<= num_stages)
         metadata["shared"] = ctx.plan.peak_bytes
         metadata["nmp_spm_bytes"] = ctx.plan.peak_bytes
+        metadata["nmp_spill_bytes"] = ctx.spill.area_bytes if ctx.spill is not None else 0
+        metadata["nmp_spilled"] = [t.describe() for t in ctx.spill.tiles] if ctx.spill is not None else []
         register_kernel(metadata.get("hash", ""), nmp.kernel)  # its static footprint feeds placement
-        return NMPIR(nmp, ctx.plan)
+        return NMPIR(nmp, ctx.plan, ctx.spill)
 
     @staticmethod
     def make_llir(src: NMPIR, metadata, options) -> str:

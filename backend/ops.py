@@ -134,6 +134,11 @@ _DEFS = (
     OpDef("nmp.const", "", fusable=True, elementwise=True, doc="a tile filled with a constant"),
     OpDef("nmp.iota", "", elementwise=True, doc="start + index along `axis`"),
     OpDef("nmp.view", "source", view=True, doc="the source tile's buffer with another shape"),
+    OpDef("nmp.slice", "source start", view=True,
+          doc="rows [start, start + n) of the source along `axis` (every dimension before it of size 1: a "
+              "contiguous piece of its buffer); a piece of a resident tile in an op staged in pieces"),
+    OpDef("nmp.spill_area", "", doc="the program's spill area in its PU's own bank (`bytes` long): the base "
+                                    "of the DMAs that move spilled tiles"),
     OpDef("nmp.broadcast", "source", fusable=True,
           doc="the source tile repeated along its size-1 dimensions; in a fused run it reads the source in place"),
     OpDef("nmp.transpose", "source"),

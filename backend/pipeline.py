@@ -14,8 +14,8 @@ produces (the plan, the depth that fits) comes back in it.
                                user: fused runs compute them per element, no tile is stored
     sink-address-computations  move a gather/scatter's address ops next to it (one fused run)
     legalize-scratchpad        multi-buffer loop loads, plan the scratchpad; when it does not fit: leaner
-                               buffers (make-leaner), strip-mining, buffering less deeply, else refuse
-                               (NMPScratchpadOverflowError)
+                               buffers (make-leaner), strip-mining, buffering less deeply, then spilling
+                               tiles to the PU's bank (spill-tiles), else refuse (NMPScratchpadOverflowError)
 
 `EXTRA_PASSES` are the parts of legalization on their own, for tests of one pass on IR text.
 """
@@ -27,10 +27,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from .ir import Module
+from .legalize import legalize_with_stages
 from .lower_nmpir import lower_to_nmpir
 from .nmpir import eliminate_dead_code, make_leaner, place_cheap_tiles, sink_address_computations, verify
 from .pointer_select import split_pointer_selects
-from .scratchpad import ScratchpadPlan, buffer_align, legalize_with_stages, mark_multibuffered_loads, plan_scratchpad
+from .scratchpad import ScratchpadPlan, buffer_align, mark_multibuffered_loads, plan_scratchpad
+from .spill import spill_to_fit
 from .stripmine import strip_mine
 from .stripmine_rows import row_strip_mine
 from .ttir_import import import_ttir
@@ -45,6 +47,7 @@ class PassContext:
     plan: ScratchpadPlan | None = None  # set by legalize-scratchpad / plan-scratchpad
     stages: int = 0  # the multi-buffering depth that fits (<= num_stages), set by legalize-scratchpad
     chunk: int = 0  # strip-mine / strip-mine-rows only: the chunk length (elements / rows)
+    spill: Any = None  # spill.SpillInfo when legalize-scratchpad spilled tiles to the bank, else None
 
     @classmethod
     def from_options(cls, options: Any) -> PassContext:
@@ -84,7 +87,7 @@ def _sink_address_computations(mod: Module, ctx: PassContext) -> Module:
 
 
 def _legalize_scratchpad(mod: Module, ctx: PassContext) -> Module:
-    ctx.plan, ctx.stages = legalize_with_stages(mod, ctx.spec, ctx.num_stages)
+    ctx.plan, ctx.stages, ctx.spill = legalize_with_stages(mod, ctx.spec, ctx.num_stages)
     return mod
 
 
@@ -100,6 +103,11 @@ def _multi_buffer_loads(mod: Module, ctx: PassContext) -> Module:
 
 def _plan_scratchpad(mod: Module, ctx: PassContext) -> Module:
     ctx.plan = plan_scratchpad(mod.kernel, buffer_align(ctx.spec))
+    return mod
+
+
+def _spill_tiles(mod: Module, ctx: PassContext) -> Module:
+    ctx.plan, ctx.spill = spill_to_fit(mod, ctx.spec, buffer_align(ctx.spec), ctx.spec.spm_bytes_per_program)
     return mod
 
 
@@ -126,6 +134,7 @@ EXTRA_PASSES: tuple[Pass, ...] = (
     Pass("make-leaner", _make_leaner),
     Pass("multi-buffer-loads", _multi_buffer_loads),
     Pass("plan-scratchpad", _plan_scratchpad),
+    Pass("spill-tiles", _spill_tiles),
     Pass("strip-mine", _strip_mine),
     Pass("strip-mine-rows", _strip_mine_rows),
 )

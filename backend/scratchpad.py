@@ -1,23 +1,21 @@
-"""Scratchpad buffer planning and legalization for the nmp tile dialect.
+"""Scratchpad buffer planning for the nmp tile dialect.
 
 Every live tile occupies scratchpad. The planner numbers the ops in program order, computes each
 tile's live range (a tile used inside a loop it was not defined in stays live to the end of that
 loop; loop-carried tiles live across the whole loop; views and loop results share their source's
-buffer), and places buffers at aligned offsets, first fit, reusing the space of dead tiles. Loads
-that are multi-buffered (`num_stages` > 1) get one buffer per stage. The result is the kernel's peak
-scratchpad use; a kernel above the target's budget is refused at compile time with the buffers that
-are live at the peak, instead of failing at run time ("ub overflow").
+buffer), and places buffers at aligned offsets, first fit, reusing the space of dead tiles. A result
+may take the buffer of an operand it reads for the last time (elementwise ops and fused runs, a dot's
+accumulator, a loop's initial value). Loads that are multi-buffered (`num_stages` > 1) get one buffer
+per stage. The result is the kernel's peak scratchpad use and the buffers live at the peak, which
+legalization (`legalize`) works from: a kernel is never found too big at run time ("ub overflow").
 """
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 
-from triton_nmp.errors import NMPScratchpadOverflowError
-
 from .ir import Block, Func, Loc, Op, Value
-from .nmpir import fused_run_length, make_leaner
+from .nmpir import fused_run_length
 from .ops import FUSABLE_MEMORY_OPS, Operands, op_def
 
 DEFAULT_ALIGN = 64
@@ -39,6 +37,7 @@ class Buffer:
     loc: Loc
     stages: int = 1
     offset: int = -1
+    uses: set[int] = field(default_factory=set)  # steps where a value of the buffer is defined or read
 
     @property
     def size(self) -> int:
@@ -57,6 +56,7 @@ class ScratchpadPlan:
     of_value: dict[int, Buffer] = field(default_factory=dict)
     peak_bytes: int = 0
     live_at_peak: list[Buffer] = field(default_factory=list)
+    peak_time: int = 0  # the step at which the buffers of live_at_peak are live together
 
     def offset(self, v: Value) -> int | None:
         b = self.of_value.get(id(v))
@@ -75,6 +75,7 @@ class _Liveness:
         self.def_time: dict[int, int] = {}
         self.def_loops: dict[int, tuple[Op, ...]] = {}
         self.last_use: dict[int, int] = {}
+        self.use_times: dict[int, list[int]] = {}
         self.loop_span: dict[int, tuple[int, int]] = {}
         self.alias: dict[int, Value] = {}
         self.values: dict[int, Value] = {}
@@ -113,6 +114,7 @@ class _Liveness:
                 self.pending.append((id(v), loop))  # live until the loop ends (known after the walk)
                 break
         self.last_use[id(v)] = max(self.last_use.get(id(v), 0), t)
+        self.use_times.setdefault(id(v), []).append(t)
 
     def _block(self, ops: list[Op], loops: tuple[Op, ...], loc: Loc) -> None:
         run_left = 0
@@ -361,7 +363,10 @@ def plan_scratchpad(func: Func, align: int = DEFAULT_ALIGN) -> ScratchpadPlan:
         else:
             buf.start = min(buf.start, start)
             buf.end = max(buf.end, end)
-        plan.of_value[key] = buf
+        buf.uses.add(lv.def_time[key])
+        buf.uses.update(lv.use_times.get(key, ()))
+        if not (isinstance(v.owner, Op) and v.owner.name == "nmp.slice"):  # a piece: its own address
+            plan.of_value[key] = buf
     plan.buffers = sorted(groups.values(), key=lambda b: (b.start, -b.size))
     active: list[Buffer] = []
     best_live = -1
@@ -379,21 +384,8 @@ def plan_scratchpad(func: Func, align: int = DEFAULT_ALIGN) -> ScratchpadPlan:
         if live > best_live:
             best_live = live
             plan.live_at_peak = list(active)
+            plan.peak_time = buf.start
     return plan
-
-
-def check_budget(plan: ScratchpadPlan, budget: int, kernel: str, target: str) -> None:
-    """Refuse a kernel whose tiles do not fit the scratchpad, naming what is live at the peak."""
-    if plan.peak_bytes <= budget:
-        return
-    live = sorted(plan.live_at_peak, key=lambda b: -b.size)
-    lines = "\n".join("    " + b.describe() for b in live)
-    raise NMPScratchpadOverflowError(
-        f"scratchpad overflow: the kernel needs {plan.peak_bytes} bytes of scratchpad per program but target "
-        f"'{target}' has {budget} bytes. Tiles live at the peak ({sum(b.size for b in live)} bytes):\n{lines}\n"
-        f"Use smaller BLOCK_* sizes or fewer num_stages",
-        required=plan.peak_bytes, limit=budget, kernel=kernel,
-    )
 
 
 _DATA_OPS = {"nmp.dma_load", "nmp.gather", "nmp.reduce", "nmp.atomic"}
@@ -430,64 +422,3 @@ def mark_multibuffered_loads(func: Func, num_stages: int) -> int:
             inner.attrs["stages"] = num_stages
             marked += 1
     return marked
-
-
-def legalize_with_stages(module, spec, num_stages: int) -> tuple[ScratchpadPlan, int]:
-    """Multi-buffer loop loads `num_stages` deep and plan the scratchpad; when the rings do not fit,
-    buffer less deeply (down to single buffering) before refusing the kernel.
-
-    `num_stages` is a pipelining request, as on GPUs; a kernel that fits single-buffered is not
-    rejected for asking more (portable code picks num_stages for a GPU's memory, e.g. the softmax
-    tutorial's 4). Returns the plan and the depth used; raises NMPScratchpadOverflowError if even
-    single buffering does not fit."""
-    from triton_nmp.errors import NMPScratchpadOverflowError
-
-    depth = max(num_stages, 1)
-    while True:
-        marked = mark_multibuffered_loads(module.kernel, depth)
-        try:
-            return legalize_scratchpad(module, spec), depth if marked else min(depth, 1)
-        except NMPScratchpadOverflowError:
-            if not marked or depth <= 1:
-                raise
-            depth -= 1
-
-
-def legalize_scratchpad(module, spec) -> ScratchpadPlan:
-    """Plan the scratchpad; if the kernel does not fit, make its buffers leaner (`nmpir.make_leaner`), then
-    strip-mine it where that is exact, else refuse.
-
-    Strip-mining halves the chunk until the plan fits the budget: first along the single dimension of
-    a kernel of 1-D tiles (see `stripmine`), then along the rows of a row-parallel kernel (see
-    `stripmine_rows`), down to one row."""
-    from .nmpir import verify
-    from .stripmine import strip_mine
-    from .stripmine_rows import row_chunks, row_strip_mine
-
-    func = module.kernel
-    align = buffer_align(spec)
-    plan = plan_scratchpad(func, align)
-    budget = spec.spm_bytes_per_program
-    if plan.peak_bytes > budget:
-        lean = copy.deepcopy(module)
-        if make_leaner(lean.kernel):  # fused reductions and iotas: tiles that are never stored
-            lean_plan = plan_scratchpad(lean.kernel, align)
-            if lean_plan.peak_bytes < plan.peak_bytes:
-                module.funcs[:] = lean.funcs
-                func, plan = module.kernel, lean_plan
-    if plan.peak_bytes > budget:
-        length = next((v.type.shape[0] for op in func.walk() for v in op.results if v.type.is_tensor), 0)
-        for rewrite, smallest, n in ((strip_mine, 64, length), (row_strip_mine, 1, row_chunks(func))):
-            chunk = n // 2
-            while chunk >= smallest:
-                trial = copy.deepcopy(module)
-                if not rewrite(trial.kernel, chunk):
-                    break
-                trial_plan = plan_scratchpad(trial.kernel, align)
-                if trial_plan.peak_bytes <= budget:
-                    verify(trial, "strip-mining")
-                    module.funcs[:] = trial.funcs
-                    return trial_plan
-                chunk //= 2
-    check_budget(plan, budget, func.name, spec.name)
-    return plan

@@ -214,6 +214,10 @@ class _Predictor:
         if n in ("nmp.dma_load", "nmp.dma_store"):
             self.dma(op, mask)
             return mask
+        if n == "nmp.spill_area":  # DMAs of spilled tiles name the program's spill area
+            self.env[id(op.result)] = 0
+            self.arg_index[id(op.result)] = abi.SPILL_ARG
+            return mask
         if n in ("nmp.gather", "nmp.scatter"):
             mem = Operands(op)
             t = op.result.type if n == "nmp.gather" else mem.value.type

@@ -29,6 +29,7 @@ import dataclasses
 import re
 import struct
 import threading
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import index as _index
@@ -38,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from triton_nmp.abi import KIND_DMA_LOAD, KIND_DMA_STORE, KIND_GATHER, KIND_SCATTER
-from triton_nmp.errors import NMPLaunchError
+from triton_nmp.errors import NMPLaunchError, NMPSpillWarning
 from triton_nmp.simulator.runtime import (
     STATUS_OK,
     ArgInfo,
@@ -217,6 +218,7 @@ class NMPLauncher:
         scalar_slots = [j for j in range(self.num_slots) if j not in ptr_slots]
         self._scalars: Any = (lambda vals: ()) if not scalar_slots else itemgetter(*scalar_slots)
         self._kernel_id = _metadata_get(metadata, "hash", None) or f"launcher@{id(self):x}"
+        _warn_spilled(self.kernel_name, self._kernel_id, metadata)
         self._last_buffers: tuple[Any, Any, Any] | None = None
         self._last_place: tuple[Any, ...] | None = None
         self._layout_memo: dict[Any, Any] = {}
@@ -583,6 +585,25 @@ def _dtype_name(dtype: Any) -> str | None:
     if len(_DTYPE_NAMES) < 256:
         _DTYPE_NAMES[dtype] = name
     return name
+
+
+_SPILL_WARNED: set[str] = set()
+
+
+def _warn_spilled(kernel: str, kernel_id: str, metadata: Any) -> None:
+    """Once per compiled kernel and process (a compile or a load from Triton's cache): the tiles that did
+    not fit the scratchpad and live in the PU's bank, with their Python lines."""
+    spill = int(_metadata_get(metadata, "nmp_spill_bytes", 0) or 0)
+    if not spill or kernel_id in _SPILL_WARNED:
+        return
+    _SPILL_WARNED.add(kernel_id)
+    tiles = "\n".join("    " + t for t in _metadata_get(metadata, "nmp_spilled", ()) or ())
+    peak = _metadata_get(metadata, "nmp_spm_bytes", 0)
+    warnings.warn(NMPSpillWarning(
+        f"kernel '{kernel}': its tiles do not fit the scratchpad even with leaner buffers and strip-mining, so "
+        f"these live in a spill area of {spill} bytes per program in the PU's own bank and move by DMA through "
+        f"{peak} bytes of scratchpad (charged in the simulated time; the profile's 'spilled' column):\n{tiles}\n"
+        f"Smaller BLOCK_* sizes avoid the traffic."), stacklevel=4)
 
 
 def _metadata_get(metadata: Any, key: str, default: Any) -> Any:

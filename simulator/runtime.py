@@ -29,6 +29,7 @@ from triton_nmp.abi import (
     CTX_WORDS,
     MAX_COUNTERS,
     MAX_TRACE_RECORDS,
+    SPILL_ARG,
     STATUS_ASSERT,
     STATUS_CYCLE_LIMIT,
     STATUS_INTERRUPTED,
@@ -184,6 +185,11 @@ def raise_for_status(status: int, ctx: Sequence[int], abi: KernelABI, spans: Seq
     site_idx, arg_idx = ctx[CTX_SITE], ctx[CTX_ARG]
     site = abi.sites[site_idx] if 0 <= site_idx < len(abi.sites) else SiteInfo("<unknown op>", "<unknown location>")
     pid = _pid(ctx)
+    if status == STATUS_OUT_OF_BOUNDS and arg_idx == SPILL_ARG:
+        raise NMPOutOfBoundsError(
+            f"kernel '{kernel}': {site.op} of a spilled tile touches bytes [{ctx[CTX_LO]}, {ctx[CTX_HI]}) outside "
+            f"the program's spill area, at {site.loc}, program {pid}; nothing outside it was accessed. This is a "
+            f"compiler bug in spilling: please report it with the kernel")
     if status == STATUS_OUT_OF_BOUNDS:
         if 0 <= arg_idx < len(abi.args):
             arg = abi.args[arg_idx].name

@@ -9,10 +9,12 @@ vectorised over records with numpy: no Python loop runs per record or per progra
    `row_bytes` contiguous bytes; a gather/scatter of n elements of e bytes is spread uniformly over
    the argument's byte span [lo, hi). Positions are relative to the argument's placed range and
    mapped to banks by its `Placement` (`triton_nmp.placement`), exactly, also for runs that cross
-   chunk boundaries. Speed: records with equal access patterns (same offset modulo the interleave
-   period, stride, rows, row bytes) move the same bytes per bank and are evaluated once (a tiled
-   matmul's thousands of tile loads have a few dozen patterns), and rows whose bank pattern repeats
-   are folded. The cost is O(records) plus O(distinct patterns x min(rows, period)).
+   chunk boundaries. Records of the spill area (arg `abi.SPILL_ARG`: tiles that did not fit the
+   scratchpad) move bytes of the executing PU's own bank, like reads of a replicated tensor.
+   Speed: records with equal access patterns (same offset modulo the interleave period, stride,
+   rows, row bytes) move the same bytes per bank and are evaluated once (a tiled matmul's thousands
+   of tile loads have a few dozen patterns), and rows whose bank pattern repeats are folded. The
+   cost is O(records) plus O(distinct patterns x min(rows, period)).
 
 2. Bytes moved. Each row is moved in whole granules from an aligned address:
    moved_row = ceil((start mod dma_alignment + row_bytes) / dma_granule) * dma_granule [32 B, 32 B];
@@ -102,6 +104,7 @@ from triton_nmp.abi import (
     KIND_SCATTER,
     KIND_VEC,
     KIND_WAIT,
+    SPILL_ARG,
     TRACE_WORDS,
 )
 from triton_nmp.abi import PU_MAPPINGS as MAPPINGS
@@ -393,6 +396,21 @@ def _dma_patterns(
         npat += u.size
 
     for a in np.unique(arg).tolist():
+        if a == SPILL_ARG:  # the spill area: in the bank of the PU that moves the bytes
+            sel = np.flatnonzero(arg == a)
+            d = tr[sel]
+            o, rows, L, S = d[:, 3], d[:, 4], d[:, 5], d[:, 6]
+            merge = (S == L) & (rows > 1)  # contiguous rows: one run
+            L = np.where(merge, rows * L, L)
+            rows = np.where(merge, 1, rows)
+            S = np.where(merge, L, S)
+            inv, first = _group_rows([o % A, S % A, rows, L])
+            o, rows, L, S = o[first], rows[first], L[first], S[first]
+            rec, j, w = _expand(rows, A // np.gcd(S % A, A))
+            start = o[rec] + j * S[rec]
+            mv = np.bincount(rec, weights=w * (-(-(start % A + L[rec]) // G) * G), minlength=first.size)
+            emit(sel, inv, np.zeros((first.size, P)), rows * L, mv, True)
+            continue
         if args is not None and not 0 <= a < len(args):
             raise NMPRuntimeError(
                 f"{who}: the trace moves argument #{a} but the launch has {len(args)} arguments; "

@@ -3,7 +3,8 @@
 A case is one file, `<pass dir>/<name>.nmpir` (input is nmpir) or `.ttir` (input is TTIR text):
 
     // PASSES: sink-address-computations          the passes to run, in order (names in pipeline.py)
-    // OPTIONS: target=nmp-64 num_stages=2 chunk=64  optional: PassContext fields (defaults shown)
+    // OPTIONS: target=nmp-64 num_stages=2 chunk=64  optional: PassContext fields (defaults shown);
+                                                     spm_bytes=N: the target with an N-byte scratchpad
     // CHECK: <text>          a later output line contains <text> (whitespace runs compare equal)
     // CHECK-NEXT: <text>     the line right after the previous match contains <text>
     // CHECK-NOT: <text>      no line between the previous match and the next one contains <text>
@@ -15,6 +16,7 @@ The output is the module as `print_module` writes it, after the scratchpad plan 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
@@ -130,8 +132,10 @@ def read_case(path: Path) -> Case:
 def run_case(case: Case) -> str:
     """Run the case's passes on its input; returns the printed output."""
     opts = dict(case.options)
-    ctx = PassContext(TargetSpec.load(opts.pop("target", "nmp-64")), int(opts.pop("num_stages", 2)),
-                      chunk=int(opts.pop("chunk", 0)))
+    spec = TargetSpec.load(opts.pop("target", "nmp-64"))
+    if "spm_bytes" in opts:  # a smaller scratchpad, so a case on small tiles needs legalization
+        spec = dataclasses.replace(spec, spm_bytes=int(opts.pop("spm_bytes")))
+    ctx = PassContext(spec, int(opts.pop("num_stages", 2)), chunk=int(opts.pop("chunk", 0)))
     if opts:
         raise ValueError(f"{case.path}: unknown options {sorted(opts)}")
     if case.path.suffix == ".ttir":
@@ -141,6 +145,8 @@ def run_case(case: Case) -> str:
         verify(mod, "parsing the test input")
     mod = run_passes(mod, ctx, [PASSES_BY_NAME[p] for p in case.passes])
     text = print_module(mod)
+    if ctx.spill is not None:
+        text = ctx.spill.summary() + "\n" + text
     return ctx.plan.summary() + "\n" + text if ctx.plan is not None else text
 
 

@@ -24,12 +24,16 @@ def test_plan_reuses_dead_buffers_and_reports_peak():
 
 
 def test_kernel_over_the_budget_is_refused_at_compile_time_with_live_buffers():
+    """A scan over a 512 KiB tile: its input and result cannot be staged in pieces, so even spilling cannot
+    fit it; the error lists the tiles at the peak and says why they cannot spill or split."""
     n = 1 << 17
     x, out = torch.randn(n), torch.empty(n)
-    with pytest.raises(NMPCompilationError, match=r"(?s)scratchpad overflow: the kernel needs 524288 bytes.*"
-                       r"has 262144 bytes.*%x_?\d*: tile<131072xf32> 524288 B .*pipeline_kernels\.py:.*"
-                       r"Use smaller BLOCK_\* sizes or fewer num_stages"):
-        pk.big_center_kernel[(1,)](x, out, n, BLOCK=1 << 17)
+    with pytest.raises(NMPCompilationError, match=r"(?s)scratchpad overflow: the kernel needs 1048576 bytes.*"
+                       r"has 262144 bytes, and spilling tiles to the PU's bank does not make it fit.*"
+                       r"tile<131072xf32> 524288 B .*pipeline_kernels\.py:.*"
+                       r"a scan at .*pipeline_kernels\.py:\d+:\d+: no piece-wise staging exists for it.*"
+                       r"Use smaller BLOCK_\* sizes"):
+        pk.big_cumsum_kernel[(1,)](x, out, BLOCK=n)
 
 
 def test_oversized_reduction_is_strip_mined_with_partial_results():
@@ -93,7 +97,7 @@ def test_legality_query_prunes_oversized_configs_fast():
     big = check_config(pk.big_center_kernel, dict(x_ptr=x, out_ptr=out, n=n), {"BLOCK": 1 << 17})
     mined = check_config(pk.big_add_kernel, args, {"BLOCK": 1 << 17})
     assert small.legal and small.spm_peak_bytes == 8192
-    assert not big.legal and "scratchpad overflow: needs 524288 bytes" in big.reason
+    assert big.legal and big.spill_bytes == 524288 and "spilled" in big.reason  # x - max(x): x spills
     assert mined.legal and mined.spm_peak_bytes == 262144  # made to fit by strip-mining
     assert cold < 2.0
     warm = []
@@ -264,3 +268,21 @@ def test_iota_and_reductions_fused_into_one_dimensional_runs():
     nmpir = k.asm["nmpir"]
     assert "nmp.iota  {start = 0, axis = 0, fused = True}" in nmpir and "strip_mined" not in nmpir
     assert k.metadata.shared <= 262144
+
+
+@triton.jit
+def _unit_stride_kernel(x_ptr, out_ptr, stride, BLOCK: tl.constexpr):
+    tl.static_assert(stride == 1, "needs the stride specialized to the constant 1")
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs * stride))
+
+
+def test_legality_query_specializes_integers_equal_to_one_as_the_jit_does():
+    """Triton's JIT compiles an integer argument equal to 1 as a constant; the legality query must judge
+    that same kernel, not one with a run-time 1."""
+    x, out = torch.randn(64), torch.empty(64)
+    _unit_stride_kernel[(1,)](x, out, 1, BLOCK=64)
+    assert torch.equal(out, x)
+    assert check_config(_unit_stride_kernel, dict(x_ptr=x, out_ptr=out, stride=1), {"BLOCK": 64}).legal
+    other = check_config(_unit_stride_kernel, dict(x_ptr=x, out_ptr=out, stride=2), {"BLOCK": 64})
+    assert not other.legal and "does not compile" in other.reason

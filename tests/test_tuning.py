@@ -38,13 +38,14 @@ from triton_nmp.tuning.context import resolve_grid
 
 @triton.jit
 def tuned_shift(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    """out = x + y - max(x over the program's block). The max keeps the whole x tile live, so a block
-    too big for the scratchpad cannot be strip-mined by the compiler and must be pruned."""
+    """out = x + y - x reversed within the program's block. The reversal (tl.gather) may read any element
+    of x for any other, so the whole x tile must be in the scratchpad at once: a block too big for it
+    can neither be strip-mined nor staged in pieces through the spill area, and must be pruned."""
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = offs < n
-    x = tl.load(x_ptr + offs, mask=m, other=-float("inf"))
+    x = tl.load(x_ptr + offs, mask=m, other=0.0)
     y = tl.load(y_ptr + offs, mask=m)
-    tl.store(out_ptr + offs, x + y - tl.max(x, axis=0), mask=m)
+    tl.store(out_ptr + offs, x + y - tl.gather(x, BLOCK - 1 - tl.arange(0, BLOCK), 0), mask=m)
 
 
 def check(out, x, y, kernel, n=None):
@@ -52,7 +53,7 @@ def check(out, x, y, kernel, n=None):
     n = n or x.numel()
     block = kernel.best_config.kwargs["BLOCK"]
     xs = x[:n].view(-1, block)
-    want = (xs + y[:n].view(-1, block) - xs.amax(dim=1, keepdim=True)).reshape(-1)
+    want = (xs + y[:n].view(-1, block) - xs.flip(1)).reshape(-1)
     torch.testing.assert_close(out[:n], want)
 
 

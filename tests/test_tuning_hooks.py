@@ -28,7 +28,7 @@ def _run(x):
 def _reference(x, block):
     pad = (-x.numel()) % block
     t = torch.nn.functional.pad(x, (0, pad), value=0.0).view(-1, block)
-    return (t - t.max(dim=1, keepdim=True).values).flatten()[: x.numel()]
+    return (t - t.flip(1)).flatten()[: x.numel()]
 
 
 def test_driver_offers_hooks():

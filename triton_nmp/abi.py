@@ -22,10 +22,12 @@ Entry point of a compiled kernel::
     [CTX_TRACE_CAP]              capacity of the array, in records (at most MAX_TRACE_RECORDS)
     [CTX_TRACE_ON]               non-zero: record the trace
     [CTX_WD_*]                   the watchdog's words (simulator/watchdog.py documents them)
+    [CTX_SPILL_PTR]              the spill area of the running program (its grid entry allocates it)
 
 A trace record is [kind, program, f0, ..., f5] (TRACE_WORDS words), in program order:
 
-    KIND_DMA_LOAD/STORE   [arg, first byte, rows, row bytes, row stride, flags]   (flags: FLAG_*)
+    KIND_DMA_LOAD/STORE   [arg, first byte, rows, row bytes, row stride, flags]   (flags: FLAG_*;
+                          arg SPILL_ARG: the program's spill area)
     KIND_GATHER/SCATTER   [arg, 0, elements, element bytes, argument span]
     KIND_VEC              [elements, reduce-like (0/1), dtype code, op class, scratchpad accesses per
                            element of the loop it opens (0: inside an already charged fused loop)]
@@ -48,12 +50,16 @@ MAX_COUNTERS = CTX_TRACE_PTR - COUNTERS_BASE
 CTX_WD_TICKS, CTX_WD_ITERS, CTX_WD_DEADLINE_NS, CTX_WD_NEXT_SIGNAL_NS, CTX_WD_SIGNALS, CTX_WD_STOP = range(52, 58)
 CTX_WD_CYCLE_LIMIT, CTX_WD_C_BYTE, CTX_WD_C_MAC, CTX_WD_C_VEC, CTX_WD_C_ITER = range(58, 63)
 CTX_WD_EXC = 64  # three words: type, value, traceback (owned references, PyErr_Fetch)
+CTX_SPILL_PTR = 67  # the spill area of the running program (allocated by the grid entry, freed at its end)
 WATCHDOG_TICKS = 1024  # back-edges and programs between two checks
 SIGNAL_CHECK_NS = 50_000_000  # at most 20 GIL acquisitions per second to look for Ctrl-C
 
 # Counters the compiled code accumulates in ctx[COUNTERS_BASE:], in this order (metadata["nmp_counters"]).
 COUNTERS = ("programs", "dma_loads", "dma_load_bytes", "dma_stores", "dma_store_bytes", "gather_elems",
-            "scatter_elems", "vec_elems", "macs")
+            "scatter_elems", "vec_elems", "macs", "spill_bytes")
+# DMA records and error reports name the spill area (tiles that did not fit the scratchpad, in the running
+# PU's own bank) with this argument index; its bytes are always local to the PU that moves them.
+SPILL_ARG = -1
 
 # -- status codes --------------------------------------------------------------------------------------
 STATUS_OK, STATUS_OUT_OF_BOUNDS, STATUS_ASSERT, STATUS_NO_MEMORY = 0, 1, 2, 3

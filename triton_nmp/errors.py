@@ -88,3 +88,9 @@ def _rebuild_overflow(text: str, required: int, limit: int) -> NMPScratchpadOver
     err.kernel = err.loc = err.op = err.hint = ""
     err.required, err.limit, err.name, err._text = required, limit, "scratchpad", text
     return err
+
+
+class NMPSpillWarning(UserWarning):
+    """A kernel's tiles did not fit the scratchpad, so some live in a spill area in the PU's own bank and
+    move by DMA (charged by the timing model). Emitted once per compiled kernel; smaller BLOCK_* sizes
+    avoid the traffic."""

@@ -30,13 +30,15 @@ _OPTION_KEYS = ("num_warps", "num_stages", "num_ctas", "pu_mapping", "maxnreg")
 
 @dataclass(frozen=True)
 class Verdict:
-    """The answer for one config: legal or not, why, and its peak scratchpad bytes per program."""
+    """The answer for one config: legal or not, why, its peak scratchpad bytes per program and the bytes
+    it spills to the bank (a spilling config is legal: the cost model charges its traffic)."""
 
     legal: bool
     reason: str
     spm_peak_bytes: int
     budget: int
     seconds: float = 0.0
+    spill_bytes: int = 0  # the spill area per program in the PU's bank (tiles that did not fit; 0: none)
 
 
 def _type_of(value: Any) -> str:
@@ -116,10 +118,14 @@ def lower_config(kernel, args: dict[str, Any] | tuple | list, config: Any = None
     if missing:
         raise NMPError(f"check_config({kernel.fn.__name__}): no value for parameters {missing}")
     constexpr_names = {p.name for p in kernel.params if p.is_constexpr}
+    unspecialized = {p.name for p in kernel.params if getattr(p, "do_not_specialize", False)}
     signature, constexprs = {}, {}
     for n in names:
         v = values[n]
-        if n in constexpr_names or v is None:
+        # as Triton's JIT does: an integer argument equal to 1 is specialized into a constant (a stride of
+        # 1 makes an access contiguous at compile time) unless the kernel says do_not_specialize
+        one = type(v) is int and v == 1 and n not in unspecialized
+        if n in constexpr_names or v is None or one:
             signature[n] = "constexpr"
             constexprs[n] = v
         else:
@@ -158,8 +164,9 @@ def lower_config(kernel, args: dict[str, Any] | tuple | list, config: Any = None
             verdict = Verdict(False, f"does not compile for nmp: {e}", 0, spec.spm_bytes_per_program,
                               time.perf_counter() - t0)
         else:
-            verdict = Verdict(True, "fits", ctx.plan.peak_bytes, spec.spm_bytes_per_program,
-                              time.perf_counter() - t0)
+            spill = ctx.spill.area_bytes if ctx.spill is not None else 0
+            verdict = Verdict(True, "fits" if not spill else f"fits with {spill} bytes spilled to the bank",
+                              ctx.plan.peak_bytes, spec.spm_bytes_per_program, time.perf_counter() - t0, spill)
             _MODULES[vkey] = (nmp, opts)
     _VERDICTS[vkey] = verdict
     return verdict, *_MODULES.get(vkey, (None, None))

@@ -57,6 +57,8 @@ class LaunchRecord:
     spec: Any = field(default=None, repr=False)
     mapping: str = ""  # program -> PU mapping the timing model applied ("auto -> locality", "round_robin", ...)
     note: str = ""  # why the mapping differs from the one asked for (e.g. a data-dependent footprint)
+    spill_bytes: int = 0  # bytes moved between scratchpads and spill areas (tiles that did not fit), all programs
+    spilled: tuple[str, ...] = ()  # the spilled tiles (name, type, bytes, Python line), from the compile
 
     @property
     def bytes_total(self) -> int:
@@ -105,6 +107,8 @@ class LaunchRecord:
             spec=launch.spec,
             mapping=_mapping_of(launch.mapping, t),
             note=launch.note,
+            spill_bytes=int(launch.counters.get("spill_bytes", 0)),
+            spilled=tuple(_meta(launch.metadata, "nmp_spilled", ()) or ()),
         )
 
 
@@ -203,7 +207,7 @@ class Profile:
                         "launch": i, "grid": list(rec.grid), "cycles": rec.cycles,
                         "bytes_local": rec.bytes_local, "bytes_remote": rec.bytes_remote, "flops": rec.flops,
                         "spm_peak_bytes": rec.spm_peak_bytes, "roofline_fraction": round(rec.roofline_fraction, 4),
-                        "estimated": rec.estimated,
+                        "estimated": rec.estimated, "spill_bytes": rec.spill_bytes,
                     },
                 }
             )
@@ -234,7 +238,7 @@ class Profile:
     def summary(self) -> str:
         """A printable table: one row per launch and a total."""
         head = ("kernel", "grid", "sim time", "% roofline", "GB/s", "GFLOP/s", "local", "remote", "SPM peak",
-                "mapping")
+                "spilled", "mapping")
         rows = []
         for rec in self.launches:
             name = rec.kernel + (" (est.)" if rec.estimated else "")
@@ -249,6 +253,7 @@ class Profile:
                     _fmt_bytes(rec.bytes_local),
                     _fmt_bytes(rec.bytes_remote),
                     _fmt_bytes(rec.spm_peak_bytes),
+                    _fmt_bytes(rec.spill_bytes) if rec.spill_bytes else "-",
                     rec.mapping,
                 )
             )
@@ -267,6 +272,8 @@ class Profile:
                 _fmt_bytes(sum(r.bytes_local for r in self.launches)),
                 _fmt_bytes(sum(r.bytes_remote for r in self.launches)),
                 _fmt_bytes(max((r.spm_peak_bytes for r in self.launches), default=0)),
+                _fmt_bytes(sum(r.spill_bytes for r in self.launches)) if any(r.spill_bytes for r in self.launches)
+                else "-",
                 "",
             )
         )
@@ -283,6 +290,12 @@ class Profile:
         for rec in self.launches:
             if rec.note:
                 out.append(f"note: {rec.kernel}: {rec.note}")
+        noted: set[str] = set()
+        for rec in self.launches:
+            if rec.spilled and rec.kernel not in noted:
+                noted.add(rec.kernel)
+                out.append(f"spilled: {rec.kernel}: tiles that do not fit the scratchpad live in the PU's bank "
+                           f"(the 'spilled' column: bytes moved to and from it): {'; '.join(rec.spilled)}")
         if self.transfers:
             out.append(f"transfers (data moved outside kernels): {len(self.transfers)}, "
                        f"{_fmt_time(self.transfer_seconds)}")
