@@ -91,7 +91,7 @@ def test_generation_check_catches_wrong_logits_and_tokens_and_tolerates_ties():
 
     wrong = check_generation(model, bad, prompt, 5, atol=1e-4)
     assert wrong.free_tokens[:3] == wrong.eager_tokens[:3] and wrong.free_tokens[3] == wrong_token
-    assert wrong.failures()[0].startswith(f"token 3: logits differ from eager's by 100 (tolerance")
+    assert wrong.failures()[0].startswith("token 3: logits differ from eager's by 100 (tolerance")
     assert f"compiled argmax {wrong_token}, eager {same.eager_tokens[3]}" in wrong.failures()[0]
     runs.clear()  # wrong only when generating on its own (state carried between calls): the free run catches it
     free = check_generation(model, lambda ids, pos=None: bad(ids, pos, free_only=True), prompt, 5, atol=1e-4)
