@@ -14,7 +14,18 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from triton_nmp.abi import KIND_DMA_LOAD, KIND_DMA_STORE, KIND_GATHER, KIND_SCATTER, SPILL_ARG, STATUS_OUT_OF_BOUNDS
+from triton_nmp.abi import (
+    KIND_DMA_LOAD,
+    KIND_DMA_STORE,
+    KIND_GATHER,
+    KIND_SCATTER,
+    KIND_VEC,
+    REARRANGE_ACCESSES,
+    SPILL_ARG,
+    STATUS_OUT_OF_BOUNDS,
+    dtype_code,
+)
+from triton_nmp.opclass import OP_ALU
 
 from .codegen_base import CodegenBase, _const, _i64, _prod_values, _row_major, open_loop
 from .codegen_scalar import I1, I8, I64, storage_type, to_storage
@@ -106,24 +117,50 @@ class MemoryCodegen(CodegenBase):
 
         rec(0, [])
 
-    def _trace_dma(self, kind: int, root: Value, offset, strides, valid, esize: int, flags=0) -> None:
+    def _trace_dma(self, kind: int, root: Value, offset, strides, valid, esize: int, flags=0,
+                   dtype: int = 0) -> None:
         """Record a descriptor as rows of contiguous bytes: [arg, first byte, rows, row bytes, row stride].
 
         Rank <= 2 is exact. For rank 3+ the outer dimensions are folded into rows at the stride of
-        dimension -2; a non-unit inner stride makes every element its own row.
+        dimension -2. A load reads a dimension of stride 0 (a broadcast: `bias[None, :]` as a [BM, BN]
+        tile) once. A column-major box (dimension -2 contiguous, e.g. the B tile of `x @ w.T`) moves the
+        source's columns as rows; any other non-unit inner stride makes every element its own row. A box
+        moved transposed or not whole is rearranged in the scratchpad by the vector unit: a vector record
+        of the box's elements, after a load, before a store (`abi.REARRANGE_ACCESSES`).
         """
         b = self.b
         index = self.arg_info[id(root)][0]
         if not valid:
             self.trace(kind, [index, offset, 1, esize, esize, flags])
             return
+        box = list(valid)
+        if kind == KIND_DMA_LOAD:
+            box = [b.select(b.icmp_signed("==", s, _i64(0)), _i64(1), v) for s, v in zip(strides, valid)]
         contiguous = b.icmp_signed("==", strides[-1], _i64(esize))
-        outer = _prod_values(b, valid[:-1])
-        rows = b.select(contiguous, outer, b.mul(outer, valid[-1]))
-        row_bytes = b.select(contiguous, b.mul(valid[-1], _i64(esize)), _i64(esize))
+        outer = _prod_values(b, box[:-1])
+        rows = b.select(contiguous, outer, b.mul(outer, box[-1]))
+        row_bytes = b.select(contiguous, b.mul(box[-1], _i64(esize)), _i64(esize))
         outer_stride = strides[-2] if len(strides) >= 2 else _i64(0)
         row_stride = b.select(contiguous, outer_stride, strides[-1])
+        rearrange = b.icmp_signed("!=", _prod_values(b, box), _prod_values(b, valid))
+        if len(box) >= 2:
+            columns = b.and_(b.not_(contiguous), b.icmp_signed("==", strides[-2], _i64(esize)))
+            rows = b.select(columns, b.mul(_prod_values(b, box[:-2]), box[-1]), rows)
+            row_bytes = b.select(columns, b.mul(box[-2], _i64(esize)), row_bytes)
+            row_stride = b.select(columns, strides[-1], row_stride)
+            transposed = b.and_(columns, b.and_(b.icmp_signed(">", box[-1], _i64(1)),
+                                                b.icmp_signed(">", box[-2], _i64(1))))
+            rearrange = b.or_(rearrange, transposed)
+        if kind == KIND_DMA_STORE:
+            self._trace_rearrange(rearrange, valid, dtype)
         self.trace(kind, [index, offset, rows, row_bytes, row_stride, flags])
+        if kind == KIND_DMA_LOAD:
+            self._trace_rearrange(rearrange, valid, dtype)
+
+    def _trace_rearrange(self, cond, valid, dtype: int) -> None:
+        """The vector unit's pass over a box the DMA moved transposed or not whole (see `_trace_dma`)."""
+        with self.b.if_then(cond):
+            self.trace(KIND_VEC, [_prod_values(self.b, valid), 0, dtype, OP_ALU, REARRANGE_ACCESSES])
 
     def _prefetch_flag(self, op: Op):
         """Multi-buffered loads: every iteration but the first was prefetched during the previous one
@@ -228,10 +265,11 @@ class MemoryCodegen(CodegenBase):
         self.count(name[:-1] + "_bytes", nbytes)
         if self.arg_info[id(root)][0] == SPILL_ARG:
             self.count("spill_bytes", nbytes)
+        dtype = dtype_code(tile.type.elem)
         if to_tile:
-            self._trace_dma(KIND_DMA_LOAD, root, offset, strides, valid, esize, self._prefetch_flag(op))
+            self._trace_dma(KIND_DMA_LOAD, root, offset, strides, valid, esize, self._prefetch_flag(op), dtype)
         else:
-            self._trace_dma(KIND_DMA_STORE, root, offset, strides, valid, esize)
+            self._trace_dma(KIND_DMA_STORE, root, offset, strides, valid, esize, dtype=dtype)
 
     def _gather_parts(self, op: Op):
         """(elements, per-element body, epilogue) of a gather, so a fused run can end in one."""

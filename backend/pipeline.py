@@ -10,6 +10,7 @@ produces (the plan, the depth that fits) comes back in it.
     split-pointer-selects      TTIR: an access through tl.where(flag, a_ptr, b_ptr) -> scf.if of two accesses
     ttir-to-nmpir              pointer + mask analysis: structured DMA, else gather/scatter; tile ops
     dead-code-elimination      drop the pointer/offset tiles that became DMA descriptor operands
+    hoist-loop-invariants      pure ops of a loop body that read only values from outside move before it
     place-cheap-tiles          views next to their source, broadcasts/splats/constants cloned next to each
                                user: fused runs compute them per element, no tile is stored
     sink-address-computations  move a gather/scatter's address ops next to it (one fused run)
@@ -26,6 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .hoist import hoist_loop_invariants
 from .ir import Module
 from .legalize import legalize_with_stages
 from .lower_nmpir import lower_to_nmpir
@@ -73,6 +75,11 @@ def _ttir_to_nmpir(mod: Module, ctx: PassContext) -> Module:
 
 def _dead_code_elimination(mod: Module, ctx: PassContext) -> Module:
     eliminate_dead_code(mod)
+    return mod
+
+
+def _hoist_loop_invariants(mod: Module, ctx: PassContext) -> Module:
+    hoist_loop_invariants(mod)
     return mod
 
 
@@ -125,6 +132,7 @@ PASSES: tuple[Pass, ...] = (
     Pass("split-pointer-selects", _split_pointer_selects, on_ttir=True),
     Pass("ttir-to-nmpir", _ttir_to_nmpir),
     Pass("dead-code-elimination", _dead_code_elimination),
+    Pass("hoist-loop-invariants", _hoist_loop_invariants),
     Pass("place-cheap-tiles", _place_cheap_tiles),
     Pass("sink-address-computations", _sink_address_computations),
     Pass("legalize-scratchpad", _legalize_scratchpad),

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from triton_nmp import abi
-from triton_nmp.opclass import classify, region_class
+from triton_nmp.opclass import OP_ALU, classify, region_class
 
 from .ir import Func, Op, Value
 from .loop_cost import use_counts, vec_accesses
@@ -320,15 +320,31 @@ class _Predictor:
         valid = [np.clip(bd, 0, n) for bd, n in zip(bounds, shape)]
         for v in valid:
             ok = ok & (v > 0)
+        # as codegen_memory._trace_dma: a load reads stride-0 dimensions once, a column-major box moves
+        # by columns; either is rearranged in the scratchpad (a vector record after a load, before a store)
+        box = valid
+        if op.name == "nmp.dma_load":
+            box = [np.where(s == 0, 1, v) for s, v in zip(strides, valid)]
+
+        def prod(dims):
+            return np.prod(np.stack(np.broadcast_arrays(np.ones_like(offset), *dims)), axis=0)
+
+        rearrange = prod(box) != prod(valid)
         if rank == 0:
             rows, row_bytes, row_stride = 1, esize, esize
         else:
             contiguous = strides[-1] == esize
-            outer = np.ones_like(offset) if rank == 1 else np.prod(np.stack(np.broadcast_arrays(*valid[:-1])), axis=0)
-            rows = np.where(contiguous, outer, outer * valid[-1])
-            row_bytes = np.where(contiguous, valid[-1] * esize, esize)
+            outer = prod(box[:-1])
+            rows = np.where(contiguous, outer, outer * box[-1])
+            row_bytes = np.where(contiguous, box[-1] * esize, esize)
             outer_stride = strides[-2] if rank >= 2 else np.zeros_like(offset)
             row_stride = np.where(contiguous, outer_stride, strides[-1])
+            if rank >= 2:
+                cols = ~contiguous & (strides[-2] == esize)
+                rows = np.where(cols, prod(box[:-2]) * box[-1], rows)
+                row_bytes = np.where(cols, box[-2] * esize, row_bytes)
+                row_stride = np.where(cols, strides[-1], row_stride)
+                rearrange = rearrange | (cols & (box[-1] > 1) & (box[-2] > 1))
         flags = 0
         if op.name == "nmp.dma_load" and op.attrs.get("stages", 1) > 1 and self.loops:
             iv, lb = self.loops[-1]
@@ -337,9 +353,19 @@ class _Predictor:
             self.unknown.add(id(op.result))
         kind = abi.KIND_DMA_LOAD if op.name == "nmp.dma_load" else abi.KIND_DMA_STORE
         n = self.prog.size
+
+        def rearranged() -> None:
+            self.emit(ok & np.broadcast_to(rearrange, (n,)), abi.KIND_VEC,
+                      [np.broadcast_to(prod(valid), (n,)), 0, abi.dtype_code(t.elem), OP_ALU,
+                       abi.REARRANGE_ACCESSES])
+
+        if kind == abi.KIND_DMA_STORE:
+            rearranged()
         self.emit(ok, kind, [self.arg_index[id(root)], np.broadcast_to(offset, (n,)), np.broadcast_to(rows, (n,)),
                              np.broadcast_to(row_bytes, (n,)), np.broadcast_to(row_stride, (n,)),
                              np.broadcast_to(flags, (n,))])
+        if kind == abi.KIND_DMA_LOAD:
+            rearranged()
 
     def for_loop(self, op: Op, mask: np.ndarray) -> np.ndarray:
         loop = Operands(op)

@@ -209,7 +209,8 @@ def test_pipeline_names_every_nmpir_pass_in_order():
     from triton_nmp.backend import pipeline
 
     assert [p.name for p in pipeline.PASSES] == [
-        "split-pointer-selects", "ttir-to-nmpir", "dead-code-elimination", "place-cheap-tiles",
+        "split-pointer-selects", "ttir-to-nmpir", "dead-code-elimination", "hoist-loop-invariants",
+        "place-cheap-tiles",
         "sink-address-computations",
         "legalize-scratchpad"]
     for p in pipeline.PASSES:

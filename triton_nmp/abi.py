@@ -27,7 +27,9 @@ Entry point of a compiled kernel::
 A trace record is [kind, program, f0, ..., f5] (TRACE_WORDS words), in program order:
 
     KIND_DMA_LOAD/STORE   [arg, first byte, rows, row bytes, row stride, flags]   (flags: FLAG_*;
-                          arg SPILL_ARG: the program's spill area)
+                          arg SPILL_ARG: the program's spill area; a column-major box is recorded by
+                          its columns, a load's stride-0 dimensions once, plus a KIND_VEC record that
+                          rearranges the box in the scratchpad, see REARRANGE_ACCESSES)
     KIND_GATHER/SCATTER   [arg, 0, elements, element bytes, argument span]
     KIND_VEC              [elements, reduce-like (0/1), dtype code, op class, scratchpad accesses per
                            element of the loop it opens (0: inside an already charged fused loop)]
@@ -70,6 +72,10 @@ TRACE_WORDS = 8
 MAX_TRACE_RECORDS = 1 << 24  # 1 GiB of trace; beyond it the launch fails with STATUS_NO_MEMORY
 KIND_DMA_LOAD, KIND_DMA_STORE, KIND_GATHER, KIND_SCATTER, KIND_VEC, KIND_MATMUL, KIND_WAIT = range(1, 8)
 FLAG_PREFETCHED = 1  # DMA flags bit 0: issued one pipeline stage ahead (multi-buffered load)
+# A DMA box moved transposed (column-major: dimension -2 contiguous, moved by columns) or not whole (a load's
+# stride-0 dimensions, a broadcast, read once) is rearranged in the scratchpad by the vector unit: a KIND_VEC
+# record of the box's elements, op class ALU, one load and one store per element.
+REARRANGE_ACCESSES = 2
 
 # Element type of a vector or matrix record (pointers are 64-bit integers).
 DTYPE_CODES = {"f32": 0, "f16": 1, "bf16": 2, "f64": 3, "i8": 4, "i16": 5, "i32": 6, "i64": 7, "i1": 8, "ptr": 7}
