@@ -73,6 +73,16 @@ def _hint(x: Any) -> int:
     return int(V.graph.sizevars.optimization_hint(x, fallback=64))
 
 
+def _column_major(node: Any) -> bool:
+    """Whether a matmul operand's last two dimensions are column-major (`w.T` of a weight stored [N, K])."""
+    try:
+        stride = [_hint(x) for x in node.get_stride()]
+        size = [_hint(x) for x in node.get_size()]
+    except (AttributeError, NotImplementedError, TypeError):
+        return False
+    return len(stride) >= 2 and stride[-2] == 1 and size[-2] > 1 and stride[-1] != 1
+
+
 _DTYPE_NAMES = {"torch.float16": "fp16", "torch.bfloat16": "bf16", "torch.float32": "fp32", "torch.int8": "int8"}
 
 
@@ -153,7 +163,8 @@ class NMPChoices(InductorChoices):
             kw = ktc.params.to_kwargs()
             return gemm.Tile(kw["BLOCK_M"], kw["BLOCK_N"], kw["BLOCK_K"], kw["num_stages"], kw.get("GROUP_M", 8))
 
-        scored = sorted(((gemm.estimate(tile(c), m, n, k, batch, size, size, dname, spec), tile(c), i)
+        b_columns = _column_major(kernel_inputs.nodes()[-1])
+        scored = sorted(((gemm.estimate(tile(c), m, n, k, batch, size, size, dname, spec, b_columns), tile(c), i)
                          for i, c in enumerate(ktcs)), key=lambda e: (e[0], e[1]))
         if inductor_config.max_autotune_gemm_search_space == "EXHAUSTIVE":
             keep = len(scored)  # simulate every legal candidate (to check the model's choice)

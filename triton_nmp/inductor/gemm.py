@@ -7,7 +7,8 @@ should cover every PU. `candidates()` enumerates power-of-two tiles, drops those
 scratchpad (the planner's accounting: `num_stages` copies of the A and B tiles, an fp32 accumulator, the output
 tile), and `rank()` orders them by `estimate()`: per program the DMA of its A and B panels (setup per
 descriptor, local/remote bank bandwidth under the default interleaved placement) overlapped with the matrix
-unit's MACs at the dtype's rate, times the waves of programs over the PUs, plus the launch overhead.
+unit's MACs at the dtype's rate (the first step's panels are not overlapped; a column-major B tile is also
+transposed by the vector unit), times the waves of programs over the PUs, plus the launch overhead.
 Default mode compiles the top candidate only; max-autotune simulates the top `tuned_candidates(n)`.
 """
 
@@ -68,9 +69,15 @@ def candidates(m: int, n: int, k: int, in_bytes: int, out_bytes: int, spec: Targ
     return out
 
 
+def _mean_hops(spec: TargetSpec) -> float:
+    """Mean XY distance between two uniformly drawn PUs of the mesh (a remote bank to the reader)."""
+    return sum((d * d - 1) / (3 * d) for d in (spec.mesh_rows, spec.mesh_cols))
+
+
 def estimate(t: Tile, m: int, n: int, k: int, batch: int, in_bytes: int, out_bytes: int, dtype: str,
-             spec: TargetSpec) -> float:
-    """Modelled seconds of the mm template with tile `t` (see the module docstring)."""
+             spec: TargetSpec, b_columns: bool = False) -> float:
+    """Modelled seconds of the mm template with tile `t` (see the module docstring); `b_columns`: B is
+    column-major (the weight of `x @ w.T`), its tiles are transposed in the scratchpad by the vector unit."""
     programs = batch * math.ceil(m / t.block_m) * math.ceil(n / t.block_n)
     waves = math.ceil(programs / spec.num_pus)
     k_steps = math.ceil(k / t.block_k)
@@ -80,20 +87,26 @@ def estimate(t: Tile, m: int, n: int, k: int, batch: int, in_bytes: int, out_byt
     a_bytes = t.block_m * t.block_k * in_bytes
     b_bytes = t.block_k * t.block_n * in_bytes
     per = spec.dma_max_descriptor_bytes  # 2-D strided descriptors, split at the descriptor size cap
-    descriptors = math.ceil(a_bytes / per) + math.ceil(b_bytes / per)
-    dma = k_steps * ((a_bytes + b_bytes) / bw + descriptors * spec.dma_setup_cycles / spec.dma_max_in_flight)
-    compute = k_steps * t.block_m * t.block_n * t.block_k / spec.peak_macs_per_cycle(dtype)
-    overlap = max(dma, compute) if t.num_stages > 1 else dma + compute
+    batches = sum(math.ceil(math.ceil(x / per) / spec.dma_max_in_flight) for x in (a_bytes, b_bytes))
+    step_dma = (a_bytes + b_bytes) / bw + batches * (spec.dma_setup_cycles + spec.noc_hop_cycles * _mean_hops(spec))
+    step_compute = t.block_m * t.block_n * t.block_k / spec.peak_macs_per_cycle(dtype)
+    if b_columns:
+        step_compute += math.ceil(t.block_k * t.block_n / spec.vector_fp32_lanes)
+    if t.num_stages > 1:  # the first step's panels are loaded before any compute, the others overlap it
+        overlap = step_dma + (k_steps - 1) * max(step_dma, step_compute) + step_compute
+    else:
+        overlap = k_steps * (step_dma + step_compute)
     c_bytes = t.block_m * t.block_n * out_bytes
-    store = c_bytes / bw + math.ceil(c_bytes / per) * spec.dma_setup_cycles
+    store = c_bytes / bw + math.ceil(math.ceil(c_bytes / per) / spec.dma_max_in_flight) * spec.dma_setup_cycles
     cycles = waves * (overlap + store)
     return spec.cycles_to_seconds(cycles) + spec.launch_overhead_us * 1e-6
 
 
 def rank(tiles: list[Tile], m: int, n: int, k: int, batch: int, in_bytes: int, out_bytes: int, dtype: str,
-         spec: TargetSpec) -> list[Tile]:
+         spec: TargetSpec, b_columns: bool = False) -> list[Tile]:
     """`tiles`, fastest first by `estimate` (ties: fewer stages, then smaller tiles)."""
-    return sorted(tiles, key=lambda t: (estimate(t, m, n, k, batch, in_bytes, out_bytes, dtype, spec), t))
+    return sorted(tiles, key=lambda t: (estimate(t, m, n, k, batch, in_bytes, out_bytes, dtype, spec, b_columns),
+                                        t))
 
 
 def tuned_candidates(n_legal: int) -> int:
