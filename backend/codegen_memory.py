@@ -15,6 +15,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from triton_nmp.abi import (
+    FLAG_GRID_PIPELINED,
     KIND_DMA_LOAD,
     KIND_DMA_STORE,
     KIND_GATHER,
@@ -29,6 +30,7 @@ from triton_nmp.opclass import OP_ALU
 
 from .codegen_base import CodegenBase, _const, _i64, _prod_values, _row_major, open_loop
 from .codegen_scalar import I1, I8, I64, storage_type, to_storage
+from .grid_pipeline import ATTR as GRID_ATTR
 from .ir import Op, Value
 from .ops import Operands
 
@@ -164,11 +166,14 @@ class MemoryCodegen(CodegenBase):
 
     def _prefetch_flag(self, op: Op):
         """Multi-buffered loads: every iteration but the first was prefetched during the previous one
-        (flags = FLAG_PREFETCHED, bit 0)."""
+        (flags = FLAG_PREFETCHED, bit 0); plus FLAG_GRID_PIPELINED (bit 1) for kernels pipelined across
+        the grid loop (backend/grid_pipeline.py)."""
+        grid = FLAG_GRID_PIPELINED if op.attrs.get(GRID_ATTR) else 0
         if op.attrs.get("stages", 1) > 1 and self.loops:
             iv, lb = self.loops[-1]
-            return self.b.zext(self.b.icmp_signed("!=", iv, lb), I64)
-        return 0
+            flag = self.b.zext(self.b.icmp_signed("!=", iv, lb), I64)
+            return self.b.or_(flag, _i64(grid)) if grid else flag
+        return grid
 
     def op_nmp_dma_load(self, op: Op) -> None:
         b = self.b
@@ -269,7 +274,8 @@ class MemoryCodegen(CodegenBase):
         if to_tile:
             self._trace_dma(KIND_DMA_LOAD, root, offset, strides, valid, esize, self._prefetch_flag(op), dtype)
         else:
-            self._trace_dma(KIND_DMA_STORE, root, offset, strides, valid, esize, dtype=dtype)
+            self._trace_dma(KIND_DMA_STORE, root, offset, strides, valid, esize,
+                            FLAG_GRID_PIPELINED if op.attrs.get(GRID_ATTR) else 0, dtype)
 
     def _gather_parts(self, op: Op):
         """(elements, per-element body, epilogue) of a gather, so a fused run can end in one."""

@@ -220,6 +220,7 @@ class NMPBackend(BaseBackend):
         metadata["nmp_spm_bytes"] = ctx.plan.peak_bytes
         metadata["nmp_spill_bytes"] = ctx.spill.area_bytes if ctx.spill is not None else 0
         metadata["nmp_spilled"] = [t.describe() for t in ctx.spill.tiles] if ctx.spill is not None else []
+        metadata["nmp_grid_pipeline"], metadata["nmp_grid_pipeline_reason"] = ctx.grid_pipeline
         register_kernel(metadata.get("hash", ""), nmp.kernel)  # its static footprint feeds placement
         return NMPIR(nmp, ctx.plan, ctx.spill)
 

@@ -17,6 +17,8 @@ produces (the plan, the depth that fits) comes back in it.
     legalize-scratchpad        multi-buffer loop loads, plan the scratchpad; when it does not fit: leaner
                                buffers (make-leaner), strip-mining, buffering less deeply, then spilling
                                tiles to the PU's bank (spill-tiles), else refuse (NMPScratchpadOverflowError)
+    pipeline-grid              mark the DMAs of kernels whose next program's loads and posted stores may
+                               overlap the current program (backend/grid_pipeline.py)
 
 `EXTRA_PASSES` are the parts of legalization on their own, for tests of one pass on IR text.
 """
@@ -27,6 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .grid_pipeline import mark_grid_pipeline
 from .hoist import hoist_loop_invariants
 from .ir import Module
 from .legalize import legalize_with_stages
@@ -50,6 +53,7 @@ class PassContext:
     stages: int = 0  # the multi-buffering depth that fits (<= num_stages), set by legalize-scratchpad
     chunk: int = 0  # strip-mine / strip-mine-rows only: the chunk length (elements / rows)
     spill: Any = None  # spill.SpillInfo when legalize-scratchpad spilled tiles to the bank, else None
+    grid_pipeline: tuple[bool, str] = (False, "")  # set by pipeline-grid: (enabled, why)
 
     @classmethod
     def from_options(cls, options: Any) -> PassContext:
@@ -98,6 +102,11 @@ def _legalize_scratchpad(mod: Module, ctx: PassContext) -> Module:
     return mod
 
 
+def _pipeline_grid(mod: Module, ctx: PassContext) -> Module:
+    ctx.grid_pipeline = mark_grid_pipeline(mod.kernel, ctx.plan, ctx.spec, ctx.spill)
+    return mod
+
+
 def _make_leaner(mod: Module, ctx: PassContext) -> Module:
     make_leaner(mod.kernel)
     return mod
@@ -136,6 +145,7 @@ PASSES: tuple[Pass, ...] = (
     Pass("place-cheap-tiles", _place_cheap_tiles),
     Pass("sink-address-computations", _sink_address_computations),
     Pass("legalize-scratchpad", _legalize_scratchpad),
+    Pass("pipeline-grid", _pipeline_grid),
 )
 
 EXTRA_PASSES: tuple[Pass, ...] = (

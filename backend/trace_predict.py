@@ -19,6 +19,7 @@ import numpy as np
 from triton_nmp import abi
 from triton_nmp.opclass import OP_ALU, classify, region_class
 
+from .grid_pipeline import ATTR as GRID_ATTR
 from .ir import Func, Op, Value
 from .loop_cost import use_counts, vec_accesses
 from .ops import Operands, dma_tile_type
@@ -345,10 +346,10 @@ class _Predictor:
                 row_bytes = np.where(cols, box[-2] * esize, row_bytes)
                 row_stride = np.where(cols, strides[-1], row_stride)
                 rearrange = rearrange | (cols & (box[-1] > 1) & (box[-2] > 1))
-        flags = 0
+        flags = abi.FLAG_GRID_PIPELINED if op.attrs.get(GRID_ATTR) else 0
         if op.name == "nmp.dma_load" and op.attrs.get("stages", 1) > 1 and self.loops:
             iv, lb = self.loops[-1]
-            flags = (np.asarray(iv) != np.asarray(lb)).astype(np.int64) * abi.FLAG_PREFETCHED
+            flags = flags | (np.asarray(iv) != np.asarray(lb)).astype(np.int64) * abi.FLAG_PREFETCHED
         if op.name == "nmp.dma_load" and not op.result.type.is_tensor:
             self.unknown.add(id(op.result))
         kind = abi.KIND_DMA_LOAD if op.name == "nmp.dma_load" else abi.KIND_DMA_STORE

@@ -47,6 +47,9 @@ vectorised over records with numpy: no Python loop runs per record or per progra
    loop iteration). A stage = the compute records since the last synchronous DMA / WAIT /
    prefetched batch, plus the prefetched DMAs right after them, and costs
    max(compute, prefetched DMA) instead of their sum. WAIT records (kind 7) end a stage.
+   Kernels pipelined across the grid loop (DMA flag FLAG_GRID_PIPELINED, backend/grid_pipeline.py:
+   the next program's leading loads in flight and stores posted while a program runs) are charged
+   per PU as one stream with a DMA queue instead (simulator/grid_stream.py).
 
 6. Program -> PU mapping (`pu_mapping` compile option):
    round_robin: pu = p mod P;  blocked: pu = p // ceil(n / P);  random: a seeded permutation dealt
@@ -74,6 +77,8 @@ vectorised over records with numpy: no Python loop runs per record or per progra
    launches whose programs differ much in length). Per-link sums are skipped when a cheap bound
    (bytes leaving a mesh row / entering a mesh column) shows links cannot set any wave's time.
        cycles = sum of waves + launch_overhead_us * clock_ghz * 1000 [5 us]
+   For pipelined kernels (item 5) the PUs' streams have no barrier: wave w ends at
+   max(the last PU's end of its w-th program, end of wave w-1 + max(bank, link time of wave w)).
 
 8. Threads (issue_threads > 1, e.g. UPMEM's tasklets): a group of k programs shares one pipeline and
    one DMA engine; its time is
@@ -112,6 +117,8 @@ from triton_nmp.errors import NMPRuntimeError
 from triton_nmp.opclass import CLASS_FIELDS
 from triton_nmp.placement import Placement, placement_of
 from triton_nmp.target import TargetSpec, active_target
+
+from .grid_stream import is_pipelined, stream_program_times
 
 __all__ = [
     "ArgBuffer",
@@ -673,6 +680,9 @@ def simulate_timing(
     useful, moved, rep = pats.useful[rec_pat], pats.moved[rec_pat], pats.replicated[rec_pat]
 
     banks_t = _Table(pats.banks)
+    flags = np.zeros(tr.shape[0], dtype=np.int64)
+    flags[di] = dtr[:, 7]
+    pipelined = is_pipelined(kind, flags)
 
     # --- mapping --------------------------------------------------------------------------------
     def _schedule_launch(pu: np.ndarray, mapping: str) -> LaunchTiming:
@@ -693,9 +703,9 @@ def simulate_timing(
         remote_bw = min(spec.remote_read_bytes_per_cycle, spec.noc_link_bytes_per_cycle)
         setup = np.where(d_store, spec.dma_store_setup_cycles, spec.dma_setup_cycles)
         local_bw = np.where(d_store, spec.dma_store_bytes_per_cycle, spec.bank_bytes_per_cycle)
-        d_cyc = batches * (setup + spec.noc_hop_cycles * mean_hops)
-        d_cyc = d_cyc + local / local_bw + remote / remote_bw
-        d_cyc = np.where(useful > 0, d_cyc, 0.0)
+        d_lat = np.where(useful > 0, batches * (setup + spec.noc_hop_cycles * mean_hops), 0.0)
+        d_xfer = np.where(useful > 0, local / local_bw + remote / remote_bw, 0.0)
+        d_cyc = d_lat + d_xfer
 
         # --- compute cycles -------------------------------------------------------------------------
         m = tr.shape[0]
@@ -744,7 +754,6 @@ def simulate_timing(
             np.bincount(seg, weights=comp, minlength=seg_first.size),
         )
         serial = np.where(pre, 0.0, dma_all)
-        prog_time = np.bincount(prog, weights=serial, minlength=n) + np.bincount(prog[seg_first], stage, minlength=n)
         prog_dma = np.bincount(prog, weights=dma_all, minlength=n)
         prog_comp = np.bincount(prog, weights=comp, minlength=n)
 
@@ -755,6 +764,14 @@ def simulate_timing(
         wave = np.empty(n, dtype=np.int64)
         wave[order] = np.arange(n) - (np.cumsum(counts) - counts)[pu[order]]
         threads = spec.issue_threads
+        if pipelined and threads == 1:  # the PU's programs as one stream (simulator/grid_stream.py)
+            lat, xfer = np.zeros(m), np.zeros(m)
+            lat[di], xfer[di] = d_lat, d_xfer
+            prog_time, prog_end = stream_program_times(kind, prog, flags, comp, lat, xfer, pu, wave, n, P)
+        else:
+            prog_end = None
+            prog_time = (np.bincount(prog, weights=serial, minlength=n)
+                         + np.bincount(prog[seg_first], stage, minlength=n))
         if threads == 1:
             W = int(counts.max()) if n else 0
             pu_time = np.zeros(W * P)
@@ -810,8 +827,19 @@ def simulate_timing(
                 By_st = banks_t.aggregate(d_wave[st] * R + rp[st], W * R, rec_pat[st]).reshape(W, R, R, C)
                 By = By + By_st.transpose(0, 3, 1, 2)
             wave_link = _link_max(Ax, By) / spec.noc_link_bytes_per_cycle
+        if prog_end is not None and W:
+            # PUs run their streams without a barrier: wave w ends when every PU has finished its w-th program
+            # and the banks and links have served wave w's bytes after wave w-1 ended (a max-plus recurrence)
+            pu_done = np.zeros(W)
+            np.maximum.at(pu_done, wave, prog_end)
+            shared = np.maximum(wave_bank, wave_link)
+            acc = np.cumsum(shared)
+            ends = np.maximum(np.maximum.accumulate(pu_done - acc) + acc, acc)
+            wave_cycles = np.diff(np.r_[0.0, ends])
+            wave_pu = np.maximum(pu_done - np.r_[0.0, ends[:-1]], 0.0)
+        else:
+            wave_cycles = np.max(np.stack([wave_pu, wave_bank, wave_link]), axis=0) if W else np.zeros(0)
         stacked = np.stack([wave_pu, wave_bank, wave_link]) if W else np.zeros((3, 0))
-        wave_cycles = stacked.max(axis=0)
         wave_limit = np.argmax(stacked, axis=0).astype(np.int8)
         wave_begin = np.cumsum(wave_cycles) - wave_cycles
         device = float(wave_cycles.sum())
@@ -825,6 +853,8 @@ def simulate_timing(
         total_flops = float(flops.sum())
         peak_dtype = max(mm_dtypes or ["fp32"], key=spec.peak_macs_per_cycle)
         start = wave_begin[wave] if n else np.zeros(0)
+        if prog_end is not None:
+            start = prog_end - prog_time  # the PU's stream, without wave barriers
         return LaunchTiming(
             cycles=cycles,
             seconds=spec.cycles_to_seconds(cycles),

@@ -212,7 +212,7 @@ def test_pipeline_names_every_nmpir_pass_in_order():
         "split-pointer-selects", "ttir-to-nmpir", "dead-code-elimination", "hoist-loop-invariants",
         "place-cheap-tiles",
         "sink-address-computations",
-        "legalize-scratchpad"]
+        "legalize-scratchpad", "pipeline-grid"]
     for p in pipeline.PASSES:
         assert p.name in pipeline.__doc__  # the module docstring describes each pass
 

@@ -76,6 +76,9 @@ FLAG_PREFETCHED = 1  # DMA flags bit 0: issued one pipeline stage ahead (multi-b
 # stride-0 dimensions, a broadcast, read once) is rearranged in the scratchpad by the vector unit: a KIND_VEC
 # record of the box's elements, op class ALU, one load and one store per element.
 REARRANGE_ACCESSES = 2
+# DMA flags bit 1: the kernel is pipelined across its grid loop (backend/grid_pipeline.py): a load that leads its
+# program was issued by the PU's previous program, a store is posted (the program does not wait for it)
+FLAG_GRID_PIPELINED = 2
 
 # Element type of a vector or matrix record (pointers are 64-bit integers).
 DTYPE_CODES = {"f32": 0, "f16": 1, "bf16": 2, "f64": 3, "i8": 4, "i16": 5, "i32": 6, "i64": 7, "i1": 8, "ptr": 7}

@@ -59,6 +59,7 @@ class LaunchRecord:
     note: str = ""  # why the mapping differs from the one asked for (e.g. a data-dependent footprint)
     spill_bytes: int = 0  # bytes moved between scratchpads and spill areas (tiles that did not fit), all programs
     spilled: tuple[str, ...] = ()  # the spilled tiles (name, type, bytes, Python line), from the compile
+    grid_pipeline: str = ""  # whether the compiler pipelined the grid loop, and why (backend/grid_pipeline.py)
 
     @property
     def bytes_total(self) -> int:
@@ -109,6 +110,7 @@ class LaunchRecord:
             note=launch.note,
             spill_bytes=int(launch.counters.get("spill_bytes", 0)),
             spilled=tuple(_meta(launch.metadata, "nmp_spilled", ()) or ()),
+            grid_pipeline=str(_meta(launch.metadata, "nmp_grid_pipeline_reason", "") or ""),
         )
 
 
@@ -208,6 +210,7 @@ class Profile:
                         "bytes_local": rec.bytes_local, "bytes_remote": rec.bytes_remote, "flops": rec.flops,
                         "spm_peak_bytes": rec.spm_peak_bytes, "roofline_fraction": round(rec.roofline_fraction, 4),
                         "estimated": rec.estimated, "spill_bytes": rec.spill_bytes,
+                        "grid_pipeline": rec.grid_pipeline,
                     },
                 }
             )
