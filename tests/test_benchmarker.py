@@ -230,7 +230,10 @@ def plain_copy(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 
 def test_autotune_picks_the_config_with_lower_simulated_time() -> None:
-    """BLOCK=32 issues 64x more (tiny, setup-bound) DMAs than BLOCK=2048: slower on nmp."""
+    """BLOCK=32 issues 64x more (tiny) DMAs than BLOCK=2048 but keeps each program's bytes in one bank (the
+    locality mapping makes them local) and, pipelined across the grid loop, overlaps their setups; BLOCK=2048
+    reads 7/8 of its bytes remotely with half the PUs idle. The configs' times differ and the tuner picks the
+    lower one."""
     n = 1 << 16
     # fixed layouts: the configs compete on the same placement (with "auto", the first launch's footprint
     # would choose the layout the others then run on)
@@ -239,11 +242,12 @@ def test_autotune_picks_the_config_with_lower_simulated_time() -> None:
     for cfg in CONFIGS:
         b = cfg.kwargs["BLOCK"]
         expected[b] = sim_ms(lambda b=b: plain_copy[(triton.cdiv(n, b),)](x, out, n, BLOCK=b))
-    assert expected[2048] < expected[32]
+    assert expected[2048] != pytest.approx(expected[32], rel=0.05)
+    best = min(expected, key=expected.get)
     tuned_copy[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, out, n)
     assert torch.equal(out, x)
     assert tuned_copy.do_bench is benchmarker.do_bench
-    assert tuned_copy.best_config.kwargs["BLOCK"] == 2048
+    assert tuned_copy.best_config.kwargs["BLOCK"] == best
     timings = {cfg.kwargs["BLOCK"]: t for cfg, t in tuned_copy.configs_timings.items()}
     for b, ms in expected.items():
         assert timings[b] == pytest.approx([ms, ms, ms], rel=1e-6)
