@@ -89,9 +89,9 @@ def binary_type(op: str, a: VT, b: VT, a_scalar: bool, b_scalar: bool, scalar_va
         ct = computation_type(da, db, True, a_scalar, b_scalar)
         if ct.is_int or ct.kind == "bool":
             return "float32"
-        if da.is_float and db.is_float and not (a_scalar or b_scalar):
-            # float / float: the operand with the wider mantissa wins (fp16 / bf16 -> fp16)
-            return da.name if da.mantissa > db.mantissa else db.name if db.mantissa > da.mantissa else ct.name
+        # float / float: both operands are cast to the computation type first (fp32, or fp64), so
+        # `semantic.truediv`'s wider-mantissa rule never sees two types: fp16 / bf16 divides in fp32
+        # (seed 10333: the oracle divided in fp16)
         return ct.name
     ct = computation_type(da, db, False, a_scalar, b_scalar)
     if op in CMP:
