@@ -86,6 +86,30 @@ def _jsd_ref(student_logp, teacher_logp, beta=0.5):
     return (beta * kl_t + (1 - beta) * kl_s) / student_logp.shape[0]
 
 
+def _two_linear_inputs(g, vocab=4096):
+    """A student (input, weight) pair and a teacher pair, the fused linear losses' operands."""
+    return (*_flce_inputs(g, vocab)[:2], *_flce_inputs(g, vocab)[:2])
+
+
+MROPE_SECTION = [8, 12, 12]  # Qwen2-VL's temporal/height/width split of the rotary half-dimension
+
+
+def _mrope_inputs(g):
+    bsz, n_qh, n_kh, seq, hd = 2, 8, 2, 16, 64
+    q, k = _t(bsz, n_qh, seq, hd, g=g), _t(bsz, n_kh, seq, hd, g=g)
+    pos = torch.stack([torch.arange(seq, dtype=torch.float32) * (i + 1) for i in range(3)])[:, None].expand(3, bsz, seq)
+    ang = pos[..., None] / (10000 ** (torch.arange(0, hd, 2) / hd))
+    emb = torch.cat([ang, ang], -1)
+    return q, k, emb.cos(), emb.sin()
+
+
+def _mrope_ref(q, k, cos, sin):
+    """Each rotary section takes its angles from one of the three position axes (as in transformers)."""
+    def pick(t):
+        return torch.cat([m[i % 3] for i, m in enumerate(t.split(MROPE_SECTION * 2, -1))], -1).unsqueeze(1)
+    return _rope_ref(q, k, pick(cos), pick(sin))
+
+
 CASES = [
     LigerCase("rms_norm", lambda g: (_t(ROWS, H, g=g), _t(H, g=g)),
               lambda x, w: LF.liger_rms_norm(x, w, 1e-6, in_place=False), _rms_ref, grads=2),
@@ -130,6 +154,17 @@ CASES = [
     LigerCase("tvd", lambda g: tuple(torch.softmax(_t(ROWS, 4096, g=g), -1) for _ in range(2)),
               lambda p, q: LF.liger_tvd(p, q, reduction="batchmean"),
               lambda p, q: 0.5 * (p - q).abs().sum() / p.shape[0]),
+    LigerCase("fused_linear_jsd", _two_linear_inputs, LF.liger_fused_linear_jsd,
+              lambda sx, sw, tx, tw: _jsd_ref(torch.log_softmax(sx @ sw.T, -1), torch.log_softmax(tx @ tw.T, -1)),
+              grads=2, tol=1e-3),
+    LigerCase("fused_linear_kl_div", lambda g: (*_flce_inputs(g)[:2], torch.softmax(_t(ROWS, 4096, g=g), -1)),
+              LF.liger_fused_linear_kl_div,
+              lambda x, w, q: F.kl_div(torch.log_softmax(x @ w.T, -1), q, reduction="batchmean"), grads=2, tol=1e-3),
+    LigerCase("modulated_rms_norm", lambda g: (_t(ROWS, H, g=g), _t(H, g=g), _t(ROWS, H, g=g)),
+              lambda x, w, s: LF.liger_modulated_rms_norm(x, w, s, None, 1e-6, in_place=False),
+              lambda x, w, s: _rms_ref(x, w) * (1 + s), grads=3),
+    LigerCase("qwen2vl_mrope", _mrope_inputs, lambda q, k, c, s: LF.liger_qwen2vl_mrope(q, k, c, s, MROPE_SECTION),
+              _mrope_ref, grads=2),
     LigerCase("embedding", lambda g: (_t(4096, H, g=g), torch.randint(0, 4096, (4, 64), generator=g)),
               lambda w, i: liger.ops.LigerEmbeddingFunction.apply(w, i), lambda w, i: F.embedding(i, w)),
 ]
