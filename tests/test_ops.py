@@ -102,3 +102,32 @@ def test_verifier_rejects_a_region_shared_by_two_ops():
     second = mod.kernel.body.ops[-1]
     second.regions = [clone_region(r) for r in second.regions]
     verify(mod, "test")
+
+
+# Strings of the form "nmp.*" that are not op names: the printed function header, and the prefix of the
+# two DMA ops (`name.startswith("nmp.dma")`).
+NOT_OP_NAMES = {"nmp.func", "nmp.dma"}
+
+
+def _nmp_string_literals():
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    for folder in ("backend", "driver", "simulator", "triton_nmp"):
+        for path in sorted((root / folder).rglob("*.py")):
+            if path.name == "ops.py":
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("nmp."):
+                    yield f"{path.relative_to(root)}:{node.lineno}", node.value
+
+
+def test_every_nmp_op_name_the_compiler_spells_is_in_the_op_table():
+    """Passes compare op names as strings (`op.name == "nmp.gather"`); a misspelt one would silently never
+    match, so every such literal must name an op of the table."""
+    seen = list(_nmp_string_literals())
+    assert len(seen) > 100  # the scan found the compiler's op names
+    unknown = [f"{where}: {name}" for where, name in seen
+               if " " not in name and name not in NOT_OP_NAMES and op_def(name) is None]
+    assert unknown == []
