@@ -216,6 +216,13 @@ def _dies_here(lv: _Liveness, ends: dict[int, int], v: Value, t: int) -> Value |
     return None if id(root) in lv.pipelined else root
 
 
+def _take_buffer(lv: _Liveness, ends: dict[int, int], r: Value, o: Value, root: Value, t: int) -> None:
+    """Result `r` is written over operand `o`'s buffer (`root`, dying at step t), which then lives as
+    long as `r`."""
+    lv.alias[id(r)] = o
+    ends[id(root)] = max(t, lv.last_use.get(id(r), t))
+
+
 def _elementwise_in_place(lv: _Liveness) -> None:
     """An elementwise op may write its result over an operand whose last use it is (same bytes):
     every element is read before the same element is written."""
@@ -236,8 +243,7 @@ def _elementwise_in_place(lv: _Liveness) -> None:
             ro = _dies_here(lv, ends, o, t)
             if ro is None:
                 continue
-            lv.alias[id(r)] = o
-            ends[id(ro)] = max(t, lv.last_use.get(id(r), t))
+            _take_buffer(lv, ends, r, o, ro, t)
             break
 
 
@@ -269,8 +275,7 @@ def _runs_in_place(lv: _Liveness) -> None:
                 ro = _dies_here(lv, ends, o, t)
                 if ro is None:
                     continue
-                lv.alias[id(r)] = o
-                ends[id(ro)] = max(t, lv.last_use.get(id(r), t))
+                _take_buffer(lv, ends, r, o, ro, t)
                 free = [f for f in free if f is not o]
                 break
 
@@ -287,8 +292,7 @@ def _matmul_in_place(lv: _Liveness) -> None:
         ra = _dies_here(lv, ends, acc, t)
         if ra is None or ra is lv.root(a) or ra is lv.root(bm):
             continue
-        lv.alias[id(r)] = acc
-        ends[id(ra)] = max(t, lv.last_use.get(id(r), t))
+        _take_buffer(lv, ends, r, acc, ra, t)
 
 
 def _loop_init_in_place(lv: _Liveness) -> None:
