@@ -26,7 +26,6 @@ import functools
 import hashlib
 import os
 import pickle
-import select
 import subprocess
 import sys
 import threading
@@ -93,20 +92,6 @@ def _max_workers() -> int:
     return max(1, int(n)) if n else max(1, min(os.cpu_count() or 1, MAX_WORKERS))
 
 
-def _read_exact(fd: int, n: int, deadline: float) -> bytes | None:
-    chunks, got = [], 0
-    while got < n:
-        ready, _, _ = select.select([fd], [], [], max(deadline - time.monotonic(), 0))
-        if not ready:
-            return None
-        chunk = os.read(fd, min(n - got, 1 << 20))
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        got += len(chunk)
-    return b"".join(chunks)
-
-
 class WorkerFailed(Exception):
     """The worker died (LLVM crashed) or did not answer in time (`timed_out`)."""
 
@@ -130,8 +115,8 @@ class _Worker:
         return self.proc is not None and self.proc.poll() is None
 
     def _reply(self, deadline: float) -> tuple:
-        head = _read_exact(self.resp_r, 8, deadline)
-        body = None if head is None else _read_exact(self.resp_r, int.from_bytes(head, "little"), deadline)
+        head = llvm_worker.read_exact(self.resp_r, 8, deadline)
+        body = None if head is None else llvm_worker.read_exact(self.resp_r, int.from_bytes(head, "little"), deadline)
         if body is None:
             timed_out = time.monotonic() >= deadline and self.alive
             self.close(kill=True)

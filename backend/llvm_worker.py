@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import os
 import pickle
+import select
 import signal
 import sys
+import time
 
 import llvmlite.binding as llvm
 
@@ -94,10 +96,14 @@ def write_msg(fd: int, payload: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def read_exact(fd: int, n: int) -> bytes | None:
-    """Exactly n bytes from fd, or None at end of file."""
+def read_exact(fd: int, n: int, deadline: float | None = None) -> bytes | None:
+    """Exactly n bytes from fd, or None at end of file (or when time.monotonic() passes `deadline`)."""
     chunks, got = [], 0
     while got < n:
+        if deadline is not None:
+            ready, _, _ = select.select([fd], [], [], max(deadline - time.monotonic(), 0))
+            if not ready:
+                return None
         chunk = os.read(fd, min(n - got, 1 << 20))
         if not chunk:
             return None
