@@ -34,13 +34,13 @@ from triton_nmp.abi import (
 from triton_nmp.errors import NMPCompilationError
 from triton_nmp.opclass import classify, region_class
 
-from .codegen_base import Site, _const, _i64, _op_label, _prod, _row_major
+from .codegen_base import Site, _const, _i64, _op_label, _prod
 from .codegen_control import ControlFlowCodegen
 from .codegen_language import LanguageCodegen
 from .codegen_memory import MemoryCodegen
 from .codegen_runtime import RuntimeCodegen
 from .codegen_scalar import F32, F64, I32, I64, compute_type, emit_elementwise, round_to
-from .ir import Module, Op
+from .ir import Module, Op, row_major
 from .loop_cost import run_accesses
 from .nmpir import fused_run_length
 from .ops import FUSABLE_MEMORY_OPS
@@ -234,7 +234,7 @@ class KernelCodegen(ControlFlowCodegen, MemoryCodegen, RuntimeCodegen, LanguageC
                 self._reduce_elements(red, lambda flat: element(flat, self._unflatten(flat, shape) if nested
                                                                 else None))
             elif nested:  # a loop nest: source indices without division
-                self.loop_nest(shape, lambda idx: element(self._flat(idx, _row_major(shape)), idx))
+                self.loop_nest(shape, lambda idx: element(self._flat(idx, row_major(shape)), idx))
             else:
                 self.loop(numel, element)
         for op in run:  # the same counters and trace records as unfused ops, in op order
@@ -254,7 +254,7 @@ class KernelCodegen(ControlFlowCodegen, MemoryCodegen, RuntimeCodegen, LanguageC
         """The multi-index of row-major element `flat` of a tile of `shape`."""
         b = self.b
         idx = []
-        for n, st in zip(shape, _row_major(shape)):
+        for n, st in zip(shape, row_major(shape)):
             q = flat if st == 1 else b.udiv(flat, _i64(st))
             idx.append(b.urem(q, _i64(n)) if n != _prod(shape) // st else q)
         return idx
@@ -324,7 +324,7 @@ class KernelCodegen(ControlFlowCodegen, MemoryCodegen, RuntimeCodegen, LanguageC
             return
         r = op.result
         shape, axis, start = r.type.shape, op.attrs["axis"], op.attrs["start"]
-        strides = _row_major(shape)
+        strides = row_major(shape)
         ct = compute_type(r.type)
 
         def body(idx):
@@ -355,7 +355,7 @@ class KernelCodegen(ControlFlowCodegen, MemoryCodegen, RuntimeCodegen, LanguageC
         src, r = op.operands[0], op.result
         out_shape = r.type.shape
         in_strides = _broadcast_strides(src.type.shape)
-        out_strides = _row_major(out_shape)
+        out_strides = row_major(out_shape)
 
         def body(idx):
             x = self.b.load(self.b.gep(self.buffer(src), [self._flat(idx, in_strides)]))
@@ -368,9 +368,9 @@ class KernelCodegen(ControlFlowCodegen, MemoryCodegen, RuntimeCodegen, LanguageC
             return
         src, r = op.operands[0], op.result
         order = op.attrs["order"]
-        in_strides = _row_major(src.type.shape)
+        in_strides = row_major(src.type.shape)
         perm_strides = tuple(in_strides[o] for o in order)
-        out_strides = _row_major(r.type.shape)
+        out_strides = row_major(r.type.shape)
 
         def body(idx):
             x = self.b.load(self.b.gep(self.buffer(src), [self._flat(idx, perm_strides)]))
@@ -518,7 +518,7 @@ class KernelCodegen(ControlFlowCodegen, MemoryCodegen, RuntimeCodegen, LanguageC
 
 def _broadcast_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     """Row-major strides of a broadcast's source, 0 along its size-1 (repeated) dimensions."""
-    return tuple(0 if d == 1 else s for d, s in zip(shape, _row_major(shape)))
+    return tuple(0 if d == 1 else s for d, s in zip(shape, row_major(shape)))
 
 
 def _triton_ty(elem: str | None) -> str:

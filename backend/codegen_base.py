@@ -67,14 +67,6 @@ def _const(t: Ty, value) -> ir.Constant:
 
 
 
-def _row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, acc = [], 1
-    for d in reversed(shape):
-        strides.append(acc)
-        acc *= d
-    return tuple(reversed(strides))
-
-
 def _op_label(op: Op) -> str:
     names = {"nmp.dma_load": "tt.load", "nmp.gather": "tt.load", "nmp.dma_store": "tt.store",
              "nmp.scatter": "tt.store"}

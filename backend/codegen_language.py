@@ -20,9 +20,9 @@ from triton_nmp.abi import (
 )
 from triton_nmp.opclass import OP_ALU, region_class
 
-from .codegen_base import CodegenBase, _const, _i64, _prod, _row_major
+from .codegen_base import CodegenBase, _const, _i64, _prod
 from .codegen_scalar import I1, I32, I64, storage_type
-from .ir import Op, Value
+from .ir import Op, Value, row_major
 from .ops import Operands
 
 
@@ -108,8 +108,8 @@ class LanguageCodegen(CodegenBase):
         axis = op.attrs["axis"]
         b = self.b
         sshape = src.type.shape
-        s_strides = _row_major(sshape)
-        r_strides = _row_major(r.type.shape)
+        s_strides = row_major(sshape)
+        r_strides = row_major(r.type.shape)
         n_axis = sshape[axis]
         site = self._assert_site(op, f"tl.gather index out of range [0, {n_axis}) along axis {axis}")
         self._charge(r.type.numel, r.type.elem)
@@ -363,7 +363,7 @@ class LanguageCodegen(CodegenBase):
             b.call(printf, [cfmt, *pids, *[b.trunc(i, I32) for i in idx], value_arg(x)])
 
         if t.is_tensor:
-            strides = _row_major(shape)
+            strides = row_major(shape)
             self.loop_nest(shape, lambda ix: emit_elem(self._flat(ix, strides), ix))
         else:
             emit_elem(_i64(0), [])

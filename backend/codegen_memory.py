@@ -28,10 +28,10 @@ from triton_nmp.abi import (
 )
 from triton_nmp.opclass import OP_ALU
 
-from .codegen_base import CodegenBase, _const, _i64, _prod_values, _row_major, open_loop
+from .codegen_base import CodegenBase, _const, _i64, _prod_values, open_loop
 from .codegen_scalar import I1, I8, I64, storage_type, to_storage
 from .grid_pipeline import ATTR as GRID_ATTR
-from .ir import Op, Value
+from .ir import Op, Value, row_major
 from .ops import Operands
 
 
@@ -82,7 +82,7 @@ class MemoryCodegen(CodegenBase):
         shape = tile.type.shape
         st = storage_type(tile.type)
         esize = tile.type.elem_bytes
-        tstrides = _row_major(shape)
+        tstrides = row_major(shape)
         rank = len(shape)
         buf = self.buffer(tile)
         if rank == 0:
@@ -233,7 +233,7 @@ class MemoryCodegen(CodegenBase):
         def row(j):
             return b.load(b.gep(buf, [j]))
 
-        tstride = _row_major(tile.type.shape)[axis]
+        tstride = row_major(tile.type.shape)[axis]
         # runs: [start, end) where row offsets step by one `delta` (the first step of the run)
         runs = open_loop(b, self.fn, ("runs", "run", "runs_end"), [_i64(0)])
         start = runs.values[0]

@@ -24,6 +24,15 @@ def scalar_bytes(elem: str | None) -> int:
     return max(bits // 8, 1) if bits else 0
 
 
+
+def row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Element strides of a row-major tile of `shape` (the layout of every tile buffer)."""
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= d
+    return tuple(reversed(strides))
+
 @dataclass(frozen=True)
 class Ty:
     """A scalar or tensor type. `elem` is an int/float name or "ptr" (then `pointee` names the element)."""

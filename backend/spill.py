@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 from triton_nmp.errors import NMPScratchpadOverflowError
 
-from .ir import Block, Builder, Func, Loc, Module, Op, Region, Ty, Value, clone_region
+from .ir import Block, Builder, Func, Loc, Module, Op, Region, Ty, Value, clone_region, row_major
 from .nmpir import fused_run_length
 from .ops import FUSABLE_MEMORY_OPS, Operands, make_operands
 from .scratchpad import Buffer, ScratchpadPlan, plan_scratchpad
@@ -75,14 +75,6 @@ class SpillInfo:
         for t in sorted(self.tiles, key=lambda t: t.slot):
             lines.append(f"//   [{t.slot:>8}, {t.slot + t.nbytes:>8})  {t.describe()}")
         return "\n".join(lines)
-
-
-def _row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
-    out, acc = [], 1
-    for d in reversed(shape):
-        out.append(acc)
-        acc *= d
-    return tuple(reversed(out))
 
 
 def _first_long_dim(shape: tuple[int, ...]) -> int | None:
@@ -240,7 +232,7 @@ class _Rewriter:
         """A DMA between the spill area and a tile of type `ty`, a box of the row-major tile `v` at byte
         `offset` of the area."""
         esize = ty.elem_bytes
-        strides = [em.const(s * esize) for s in _row_major(v.type.shape)]
+        strides = [em.const(s * esize) for s in row_major(v.type.shape)]
         bounds = [em.const(n) for n in ty.shape]
         attrs = {"rank": len(ty.shape), "arg": "spill", "spill": True}
         ops = make_operands(name, attrs, base=self.area, offset=offset, strides=strides, bounds=bounds, value=value)
@@ -257,7 +249,7 @@ class _Rewriter:
         self._dma(em, "nmp.dma_store", v, em.const(self.slot(v)), v.type, unit, tile)
 
     def _piece_offset(self, em: Builder, v: Value, axis: int, start: Value) -> Value:
-        row = v.type.elem_bytes * _row_major(v.type.shape)[axis]
+        row = v.type.elem_bytes * row_major(v.type.shape)[axis]
         shift = em.op("arith.muli", [start, em.const(row)], [I64]).result
         return em.op("arith.addi", [em.const(self.slot(v)), shift], [I64]).result
 
