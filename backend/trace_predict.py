@@ -152,7 +152,10 @@ class _Predictor:
     def val(self, v: Value):
         if id(v) in self.unknown:
             raise Unknown(f"%{v.name} depends on loaded data")
-        return self.env[id(v)]
+        try:
+            return self.env[id(v)]
+        except KeyError:  # a bug of ours: say which value, not its id
+            raise KeyError(f"%{v.name} has no value (its defining op is not modelled)") from None
 
     def emit(self, mask: np.ndarray, kind: int, fields: list) -> None:
         lanes = np.nonzero(mask)[0]
@@ -253,6 +256,8 @@ class _Predictor:
         if n == "scf.if":
             return self.if_op(op, mask)
         if n in ("scf.yield", "nmp.yield", "scf.condition"):
+            return mask
+        if n in ("nmp.assert", "nmp.print"):  # checks and printing record nothing in the trace
             return mask
         if n == "scf.while":
             raise Unknown("while loops")

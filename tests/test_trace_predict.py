@@ -5,6 +5,7 @@ import struct
 import numpy as np
 import pytest
 import triton
+import triton.language as tl
 
 import triton_nmp.driver.launcher as launcher_mod
 from triton_nmp import examples as ex
@@ -55,6 +56,40 @@ def test_predicted_trace_equals_simulated_trace(case, monkeypatch):
     slots, grid, meta, result = seen[-1]
     k = _compiled(meta)
     mod = compile_ttir(k.asm["ttir"], PassContext(spec_for_arch(k.metadata.target.arch), k.metadata.num_stages))
+    scalars, spans = _scalars_and_spans(meta, slots)
+    p = predict_trace(mod.kernel, scalars, spans, grid)
+    assert p.exact, p.reason
+    assert np.array_equal(p.trace, result.trace)
+
+
+@triton.jit(debug=True)
+def _copy_checked(x, y, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.device_assert(offs < n, "in range")  # a tensor condition: Inductor's indirect indexing emits these
+    tl.store(y + offs, tl.load(x + offs))
+
+
+def test_device_asserts_do_not_stop_the_prediction(monkeypatch):
+    """`nmp.assert` records nothing in the trace; the predictor once evaluated its tensor condition as a scalar
+    (KeyError), so every Inductor kernel with an indirect-index check fell back to round-robin mapping."""
+    import torch
+
+    seen = []
+    real = launcher_mod.run_grid
+
+    def spy(fn, slots, grid, abi, spans=(), metadata=None, *rest, **kw):
+        r = real(fn, slots, grid, abi, spans, metadata, *rest, **kw)
+        seen.append((list(slots), grid, metadata, r))
+        return r
+
+    monkeypatch.setattr(launcher_mod, "run_grid", spy)
+    x = torch.arange(256, dtype=torch.float32)
+    y = torch.empty_like(x)
+    k = _copy_checked[(4,)](x, y, 256, BLOCK=64)
+    assert torch.equal(x, y)
+    slots, grid, meta, result = seen[-1]
+    mod = compile_ttir(k.asm["ttir"], PassContext(spec_for_arch(k.metadata.target.arch), k.metadata.num_stages))
+    assert "tt.assert" in k.asm["ttir"]
     scalars, spans = _scalars_and_spans(meta, slots)
     p = predict_trace(mod.kernel, scalars, spans, grid)
     assert p.exact, p.reason
