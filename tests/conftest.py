@@ -1,11 +1,12 @@
-"""Fixtures shared by the tests: the simulated clock (benchmarker, profiler), and the nmpir round trip
-every kernel the test suite compiles goes through."""
+"""Fixtures shared by the tests: the simulated clock (benchmarker, profiler), the grids a test launches,
+and the nmpir round trip every kernel the test suite compiles goes through."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+import triton_nmp.driver.launcher as launcher_mod
 from triton_nmp.backend.compiler import NMPBackend
 from triton_nmp.driver.device import clock
 
@@ -18,6 +19,21 @@ N, BLOCK = 4096, 256
 def tensors() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     torch.manual_seed(0)
     return torch.randn(N), torch.randn(N), torch.empty(N)
+
+
+@pytest.fixture
+def launched_grids(monkeypatch) -> list:
+    """(slots, grid, metadata, run result) of every grid the test launches, in order."""
+    seen = []
+    real = launcher_mod.run_grid
+
+    def spy(fn, slots, grid, abi, spans=(), metadata=None, *rest, **kw):
+        r = real(fn, slots, grid, abi, spans, metadata, *rest, **kw)
+        seen.append((list(slots), grid, metadata, r))
+        return r
+
+    monkeypatch.setattr(launcher_mod, "run_grid", spy)
+    return seen
 
 
 @pytest.fixture

@@ -21,7 +21,6 @@ import triton
 import triton.language as tl
 
 import triton_nmp
-import triton_nmp.driver.launcher as launcher_mod
 from triton_nmp import abi
 from triton_nmp.backend.pipeline import PassContext, compile_ttir
 from triton_nmp.backend.trace_predict import predict_trace
@@ -70,24 +69,9 @@ def _run(w_t: bool):
     return k, prof.launches[-1]
 
 
-@pytest.fixture
-def launches(monkeypatch):
-    """(slots, grid, run result) of every grid the test runs, in order."""
-    seen = []
-    real = launcher_mod.run_grid
-
-    def spy(fn, slots, grid, *rest, **kw):
-        r = real(fn, slots, grid, *rest, **kw)
-        seen.append((list(slots), grid, r))
-        return r
-
-    monkeypatch.setattr(launcher_mod, "run_grid", spy)
-    return seen
-
-
-def test_column_major_tile_moves_by_columns_and_is_transposed_in_the_scratchpad(launches):
+def test_column_major_tile_moves_by_columns_and_is_transposed_in_the_scratchpad(launched_grids):
     k, _ = _run(w_t=True)
-    slots, grid, result = launches[-1]
+    slots, grid, _, result = launched_grids[-1]
     trace = result.trace
     w_loads = np.flatnonzero((trace[:, 0] == abi.KIND_DMA_LOAD) & (trace[:, 2] == 1))  # arg 1: w_ptr
     assert w_loads.size == grid[0] * (K // BK)
@@ -161,12 +145,12 @@ def bias_epilogue_kernel(b_ptr, c_ptr, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.con
     tl.store(c_ptr + rm[:, None] * BLOCK_N + rn[None, :], bias.to(tl.float32) * 2.0)
 
 
-def test_a_broadcast_load_reads_its_row_once_and_replicates_it(launches):
+def test_a_broadcast_load_reads_its_row_once_and_replicates_it(launched_grids):
     b = torch.randn(64).half()
     c = torch.empty(32, 64)
     k = bias_epilogue_kernel[(1,)](b, c, 64, BLOCK_M=32, BLOCK_N=64)
     torch.testing.assert_close(c, (b.float() * 2.0).expand(32, 64))
-    slots, grid, result = launches[-1]
+    slots, grid, _, result = launched_grids[-1]
     trace = result.trace
     assert trace[0, 0] == abi.KIND_DMA_LOAD and trace[0, 4:6].tolist() == [1, 64 * 2]  # one row of 64 halves
     assert trace[1, 0] == abi.KIND_VEC and trace[1, 2:7].tolist() == [32 * 64, 0, abi.dtype_code("f16"), OP_ALU,

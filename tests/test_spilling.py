@@ -54,26 +54,13 @@ def _normalized_dot_kernel(a_ptr, b_ptr, c_ptr, M: tl.constexpr, N: tl.constexpr
     tl.store(c_ptr + m[:, None] * N + n[None, :], c / tl.max(tl.max(c, axis=1), axis=0))
 
 
-def _launch_spy(monkeypatch) -> list:
-    seen = []
-    real = launcher_mod.run_grid
-
-    def spy(fn, slots, grid, abi, spans=(), metadata=None, *rest, **kw):
-        r = real(fn, slots, grid, abi, spans, metadata, *rest, **kw)
-        seen.append((list(slots), grid, metadata, r))
-        return r
-
-    monkeypatch.setattr(launcher_mod, "run_grid", spy)
-    return seen
-
-
-def test_a_tile_larger_than_the_scratchpad_spills_and_is_staged_in_pieces(monkeypatch):
+def test_a_tile_larger_than_the_scratchpad_spills_and_is_staged_in_pieces(launched_grids):
     """x - max(x) over a 512 KiB tile: x lives in the spill area; the load, the max (partial maxima carried
     from piece to piece), the subtraction and the store run in pieces that fit; one warning names the tile
     and its line; the profile shows the spilled bytes, which the timing model charges."""
     n = (1 << 17) - 5
     x, out = torch.randn(n), torch.empty(n)
-    seen = _launch_spy(monkeypatch)
+    seen = launched_grids
     with warnings.catch_warnings(record=True) as caught, triton_nmp.profile() as prof:
         warnings.simplefilter("always")
         k = pk.big_center_kernel[(1,)](x, out, n, BLOCK=1 << 17)

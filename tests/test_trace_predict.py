@@ -7,7 +7,6 @@ import pytest
 import triton
 import triton.language as tl
 
-import triton_nmp.driver.launcher as launcher_mod
 from triton_nmp import examples as ex
 from triton_nmp.backend.pipeline import PassContext, compile_ttir
 from triton_nmp.backend.trace_predict import predict_trace
@@ -41,19 +40,10 @@ def _compiled(meta):
 
 @pytest.mark.parametrize("case", ["vector_add", "softmax", "matmul-fp16-bT", "layernorm", "attention-fp16-causal",
                                   "argmax-axis0", "grid-3d", "int64-offsets"])
-def test_predicted_trace_equals_simulated_trace(case, monkeypatch):
-    seen = []
-    real = launcher_mod.run_grid
-
-    def spy(fn, slots, grid, abi, spans=(), metadata=None, *rest, **kw):
-        r = real(fn, slots, grid, abi, spans, metadata, *rest, **kw)
-        seen.append((list(slots), grid, metadata, r))
-        return r
-
-    monkeypatch.setattr(launcher_mod, "run_grid", spy)
+def test_predicted_trace_equals_simulated_trace(case, launched_grids):
     c = ex.CASES_BY_NAME[case]
     c.run(c.make_inputs(0, "small"))
-    slots, grid, meta, result = seen[-1]
+    slots, grid, meta, result = launched_grids[-1]
     k = _compiled(meta)
     mod = compile_ttir(k.asm["ttir"], PassContext(spec_for_arch(k.metadata.target.arch), k.metadata.num_stages))
     scalars, spans = _scalars_and_spans(meta, slots)
@@ -69,25 +59,16 @@ def _copy_checked(x, y, n, BLOCK: tl.constexpr):
     tl.store(y + offs, tl.load(x + offs))
 
 
-def test_device_asserts_do_not_stop_the_prediction(monkeypatch):
+def test_device_asserts_do_not_stop_the_prediction(launched_grids):
     """`nmp.assert` records nothing in the trace; the predictor once evaluated its tensor condition as a scalar
     (KeyError), so every Inductor kernel with an indirect-index check fell back to round-robin mapping."""
     import torch
 
-    seen = []
-    real = launcher_mod.run_grid
-
-    def spy(fn, slots, grid, abi, spans=(), metadata=None, *rest, **kw):
-        r = real(fn, slots, grid, abi, spans, metadata, *rest, **kw)
-        seen.append((list(slots), grid, metadata, r))
-        return r
-
-    monkeypatch.setattr(launcher_mod, "run_grid", spy)
     x = torch.arange(256, dtype=torch.float32)
     y = torch.empty_like(x)
     k = _copy_checked[(4,)](x, y, 256, BLOCK=64)
     assert torch.equal(x, y)
-    slots, grid, meta, result = seen[-1]
+    slots, grid, meta, result = launched_grids[-1]
     mod = compile_ttir(k.asm["ttir"], PassContext(spec_for_arch(k.metadata.target.arch), k.metadata.num_stages))
     assert "tt.assert" in k.asm["ttir"]
     scalars, spans = _scalars_and_spans(meta, slots)
