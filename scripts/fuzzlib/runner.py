@@ -63,7 +63,8 @@ class Server:
     def submit(self, case_dir: Path) -> None:
         if self.proc is None or self.proc.poll() is not None:
             self._start()
-        self.proc.stdin.write(json.dumps({"dir": str(case_dir), "timeout": self.timeout}) + "\n")
+        case = str(case_dir.resolve())  # the server runs in ROOT: a relative --out would point elsewhere
+        self.proc.stdin.write(json.dumps({"dir": case, "timeout": self.timeout}) + "\n")
         self.proc.stdin.flush()
 
     def result(self) -> Outcome:
