@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from triton_nmp.abi import KIND_DMA_LOAD, KIND_DMA_STORE, KIND_GATHER, KIND_SCATTER
+from triton_nmp.abi import KIND_DMA_LOAD, KIND_DMA_STORE, KIND_GATHER, KIND_SCATTER, metadata_value
 from triton_nmp.errors import NMPLaunchError, NMPSpillWarning
 from triton_nmp.simulator.runtime import (
     STATUS_OK,
@@ -217,12 +217,12 @@ class NMPLauncher:
         ptr_slots = {slot + k for _, slot, _ in self._ptr_args for k in (0, 1)}
         scalar_slots = [j for j in range(self.num_slots) if j not in ptr_slots]
         self._scalars: Any = (lambda vals: ()) if not scalar_slots else itemgetter(*scalar_slots)
-        self._kernel_id = _metadata_get(metadata, "hash", None) or f"launcher@{id(self):x}"
+        self._kernel_id = metadata_value(metadata, "hash", None) or f"launcher@{id(self):x}"
         _warn_spilled(self.kernel_name, self._kernel_id, metadata)
         self._last_buffers: tuple[Any, Any, Any] | None = None
         self._last_place: tuple[Any, ...] | None = None
         self._layout_memo: dict[Any, Any] = {}
-        self._mapping = str(_metadata_get(metadata, "pu_mapping", None) or "round_robin")
+        self._mapping = str(metadata_value(metadata, "pu_mapping", None) or "round_robin")
         self.last_result: LaunchResult | None = None
         self._bound_key: int | None = None
         self._fn: Any = None
@@ -593,23 +593,18 @@ _SPILL_WARNED: set[str] = set()
 def _warn_spilled(kernel: str, kernel_id: str, metadata: Any) -> None:
     """Once per compiled kernel and process (a compile or a load from Triton's cache): the tiles that did
     not fit the scratchpad and live in the PU's bank, with their Python lines."""
-    spill = int(_metadata_get(metadata, "nmp_spill_bytes", 0) or 0)
+    spill = int(metadata_value(metadata, "nmp_spill_bytes", 0) or 0)
     if not spill or kernel_id in _SPILL_WARNED:
         return
     _SPILL_WARNED.add(kernel_id)
-    tiles = "\n".join("    " + t for t in _metadata_get(metadata, "nmp_spilled", ()) or ())
-    peak = _metadata_get(metadata, "nmp_spm_bytes", 0)
+    tiles = "\n".join("    " + t for t in metadata_value(metadata, "nmp_spilled", ()) or ())
+    peak = metadata_value(metadata, "nmp_spm_bytes", 0)
     warnings.warn(NMPSpillWarning(
         f"kernel '{kernel}': its tiles do not fit the scratchpad even with leaner buffers and strip-mining, so "
         f"these live in a spill area of {spill} bytes per program in the PU's own bank and move by DMA through "
         f"{peak} bytes of scratchpad (charged in the simulated time; the profile's 'spilled' column):\n{tiles}\n"
         f"Smaller BLOCK_* sizes avoid the traffic."), stacklevel=4)
 
-
-def _metadata_get(metadata: Any, key: str, default: Any) -> Any:
-    if isinstance(metadata, dict):
-        return metadata.get(key, default)
-    return getattr(metadata, key, default)
 
 
 class _PlacementCache:

@@ -110,6 +110,7 @@ from triton_nmp.abi import (
     KIND_VEC,
     KIND_WAIT,
     TRACE_WORDS,
+    metadata_value,
 )
 from triton_nmp.abi import PU_MAPPINGS as MAPPINGS
 from triton_nmp.errors import NMPRuntimeError
@@ -160,11 +161,6 @@ def _arg_infos(metadata: Any) -> list[tuple[str, str]]:
             out.append((str(getattr(a, "name", "")), str(getattr(a, "kind", ""))))
     return out
 
-
-def _meta(metadata: Any, key: str, default: Any) -> Any:
-    if isinstance(metadata, dict):
-        return metadata.get(key, default)
-    return getattr(metadata, key, default)
 
 
 def _buffer(name: str, value: Any) -> ArgBuffer | None:
@@ -644,8 +640,8 @@ def simulate_launch(
 ) -> LaunchTiming:
     """Convenience for tests and tools: placements from the marshalled slots, `pu_mapping` and the
     kernel name from the metadata."""
-    mapping = str(_meta(metadata, "pu_mapping", "round_robin") or "round_robin")
-    name = str(_meta(metadata, "name", "") or "")
+    mapping = str(metadata_value(metadata, "pu_mapping", "round_robin") or "round_robin")
+    name = str(metadata_value(metadata, "name", "") or "")
     return simulate_timing(
         trace, grid, arg_buffers_from_slots(metadata, slots), spec, mapping, kernel=f"kernel '{name}'" if name else ""
     )

@@ -40,6 +40,8 @@ A trace record is [kind, program, f0, ..., f5] (TRACE_WORDS words), in program o
 
 from __future__ import annotations
 
+from typing import Any
+
 # -- context block -----------------------------------------------------------------------------------
 CTX_WORDS = 80
 CTX_STATUS, CTX_SITE, CTX_ARG, CTX_LO, CTX_HI, CTX_PID = 0, 1, 2, 3, 4, 5
@@ -82,6 +84,14 @@ FLAG_GRID_PIPELINED = 2
 
 # Element type of a vector or matrix record (pointers are 64-bit integers).
 DTYPE_CODES = {"f32": 0, "f16": 1, "bf16": 2, "f64": 3, "i8": 4, "i16": 5, "i32": 6, "i64": 7, "i1": 8, "ptr": 7}
+
+
+def metadata_value(metadata: Any, key: str, default: Any = None) -> Any:
+    """A key of a compiled kernel's metadata, which arrives as Triton's namedtuple (a fresh compile) or as a
+    dict (loaded from the cache's JSON, or built by tools)."""
+    if isinstance(metadata, dict):
+        return metadata.get(key, default)
+    return getattr(metadata, key, default)
 
 
 def dtype_code(elem: str) -> int:

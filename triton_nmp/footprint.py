@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from triton_nmp.abi import metadata_value
+
 __all__ = ["Footprint", "register_kernel", "kernel_func", "launch_footprint"]
 
 _MAX_CACHED = 512
@@ -48,11 +50,6 @@ def register_kernel(kernel_hash: str, func: Any) -> None:
             _funcs[kernel_hash] = func
 
 
-def _meta(metadata: Any, key: str, default: Any = None) -> Any:
-    if isinstance(metadata, dict):
-        return metadata.get(key, default)
-    return getattr(metadata, key, default)
-
 
 def _from_cache(metadata: Any) -> Any:
     """Lower the TTIR Triton cached for this kernel again (kernels compiled elsewhere)."""
@@ -61,7 +58,7 @@ def _from_cache(metadata: Any) -> Any:
     from triton_nmp.backend.pipeline import PassContext, compile_ttir
     from triton_nmp.target import spec_for_arch
 
-    h, name = _meta(metadata, "hash"), _meta(metadata, "name")
+    h, name = metadata_value(metadata, "hash"), metadata_value(metadata, "name")
     if not h or not name:
         return None
     path = get_cache_manager(h).get_file(f"{name}.ttir")
@@ -69,15 +66,15 @@ def _from_cache(metadata: Any) -> Any:
         return None
     with open(path) as f:
         ttir = f.read()
-    target = _meta(metadata, "target")
-    arch = getattr(target, "arch", None) or _meta(metadata, "arch", "") or ""
-    ctx = PassContext(spec_for_arch(str(arch)), int(_meta(metadata, "num_stages", 2) or 2))
+    target = metadata_value(metadata, "target")
+    arch = getattr(target, "arch", None) or metadata_value(metadata, "arch", "") or ""
+    ctx = PassContext(spec_for_arch(str(arch)), int(metadata_value(metadata, "num_stages", 2) or 2))
     return compile_ttir(ttir, ctx).kernel
 
 
 def kernel_func(metadata: Any) -> Any:
     """The nmpir Func of a compiled kernel, or None when it cannot be had."""
-    h = _meta(metadata, "hash")
+    h = metadata_value(metadata, "hash")
     with _lock:
         if h in _funcs:
             return _funcs[h]
@@ -101,7 +98,7 @@ def launch_footprint(metadata: Any, args: Any, vals: tuple[int, ...], grid: tupl
     launcher's: grid, scalar values and pointer spans, which is all the prediction reads)."""
     from triton_nmp.backend.trace_predict import predict_trace
 
-    key = (_meta(metadata, "hash"), key)
+    key = (metadata_value(metadata, "hash"), key)
     with _lock:
         hit = _footprints.get(key)
         if hit is not None:

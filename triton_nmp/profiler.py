@@ -22,17 +22,13 @@ from typing import Any
 
 import triton  # noqa: F401  (first: importing Triton imports the nmp driver; the reverse order is a cycle)
 
+from triton_nmp.abi import metadata_value
 from triton_nmp.driver.device import ResolvedLaunch, ResolvedTransfer, clock
 
 __all__ = ["LaunchRecord", "TransferRecord", "Profile", "profile"]
 
 LAUNCH_PID = 1_000_000  # Chrome trace process of the per-launch spans, apart from the timing model's PU tracks
 
-
-def _meta(metadata: Any, key: str, default: Any) -> Any:
-    if isinstance(metadata, dict):
-        return metadata.get(key, default)
-    return getattr(metadata, key, default)
 
 
 @dataclass
@@ -86,9 +82,9 @@ class LaunchRecord:
     @classmethod
     def from_resolved(cls, r: ResolvedLaunch) -> LaunchRecord:
         launch, t = r.launch, r.timing
-        spm = _meta(launch.metadata, "nmp_spm_bytes", None)
+        spm = metadata_value(launch.metadata, "nmp_spm_bytes", None)
         if spm is None:
-            spm = _meta(launch.metadata, "shared", 0) or 0
+            spm = metadata_value(launch.metadata, "shared", 0) or 0
         return cls(
             kernel=launch.kernel,
             grid=launch.grid,
@@ -109,8 +105,8 @@ class LaunchRecord:
             mapping=_mapping_of(launch.mapping, t),
             note=launch.note,
             spill_bytes=int(launch.counters.get("spill_bytes", 0)),
-            spilled=tuple(_meta(launch.metadata, "nmp_spilled", ()) or ()),
-            grid_pipeline=str(_meta(launch.metadata, "nmp_grid_pipeline_reason", "") or ""),
+            spilled=tuple(metadata_value(launch.metadata, "nmp_spilled", ()) or ()),
+            grid_pipeline=str(metadata_value(launch.metadata, "nmp_grid_pipeline_reason", "") or ""),
         )
 
 
