@@ -18,7 +18,7 @@ import numpy as np
 
 from triton_nmp.abi import KIND_DMA_STORE, KIND_GATHER, KIND_SCATTER, SPILL_ARG, TRACE_WORDS
 from triton_nmp.errors import NMPRuntimeError
-from triton_nmp.placement import Placement
+from triton_nmp.placement_registry import Placement
 from triton_nmp.target import TargetSpec
 
 __all__ = ["ArgBuffer", "DmaPatterns", "PatternTable", "dma_patterns", "footprint_bank_bytes"]

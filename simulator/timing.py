@@ -115,7 +115,7 @@ from triton_nmp.abi import (
 from triton_nmp.abi import PU_MAPPINGS as MAPPINGS
 from triton_nmp.errors import NMPRuntimeError
 from triton_nmp.opclass import CLASS_FIELDS
-from triton_nmp.placement import placement_of
+from triton_nmp.placement_registry import extent_bytes, placement_of
 from triton_nmp.target import TargetSpec, active_target
 
 from .banks import ArgBuffer, PatternTable, dma_patterns, footprint_bank_bytes
@@ -167,9 +167,7 @@ def _buffer(name: str, value: Any) -> ArgBuffer | None:
     if value is None:
         return None
     if hasattr(value, "data_ptr") and hasattr(value, "element_size"):  # a torch tensor
-        from triton_nmp.placement import _extent_bytes
-
-        ptr, nbytes = int(value.data_ptr()), _extent_bytes(value)
+        ptr, nbytes = int(value.data_ptr()), extent_bytes(value)
     elif isinstance(value, tuple | list):
         ptr, nbytes = int(value[0]), int(value[1])
     else:

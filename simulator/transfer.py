@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from triton_nmp.abi import KIND_DMA_LOAD, KIND_DMA_STORE, TRACE_WORDS
-from triton_nmp.placement import Placement
+from triton_nmp.placement_registry import Placement
 from triton_nmp.target import TargetSpec
 
 from .timing import ArgBuffer, simulate_timing

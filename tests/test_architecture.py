@@ -15,16 +15,17 @@ PACKAGES = {"backend": "triton_nmp.backend", "driver": "triton_nmp.driver", "sim
 MAX_LINES = 800
 
 
-def _module_name(path: Path) -> str:
-    pkg = PACKAGES[path.parent.name]
-    return pkg if path.stem == "__init__" else f"{pkg}.{path.stem}"
+def _module_name(folder: str, path: Path) -> str:
+    """The dotted name of a module file under one of the PACKAGES folders (subpackages included)."""
+    parts = [PACKAGES[folder], *path.relative_to(ROOT / folder).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def _modules() -> dict[str, Path]:
     out = {}
     for folder in PACKAGES:
-        for path in sorted((ROOT / folder).glob("*.py")):
-            out[_module_name(path)] = path
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            out[_module_name(folder, path)] = path
     return out
 
 

@@ -216,6 +216,7 @@ def test_freeing_a_placed_tensor_inside_place_does_not_deadlock():
     import threading
 
     from triton_nmp import placement as pl
+    from triton_nmp import placement_registry
 
     doomed = pl.place(torch.zeros(256), "blocked")
     gen = pl.placement_generation()
@@ -223,7 +224,7 @@ def test_freeing_a_placed_tensor_inside_place_does_not_deadlock():
     done = threading.Event()
 
     def finalizer_inside_place() -> None:
-        with pl._lock:  # what place() holds when the collector runs the finalizer on its thread
+        with placement_registry._lock:  # what place() holds when the collector runs the finalizer on its thread
             nonlocal doomed
             del doomed  # the storage dies here: its finalizer runs now, on this thread
         done.set()

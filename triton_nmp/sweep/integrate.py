@@ -54,12 +54,12 @@ def _layout_spec(named: dict[str, Any]) -> PlacementSpec:
     """The concrete layout of every placed tensor of a live launch (unplaced ones stay unplaced)."""
     import torch
 
-    from triton_nmp.placement import _extent_bytes, lookup
+    from triton_nmp.placement_registry import extent_bytes, lookup
 
     per_arg = []
     for name, v in named.items():
         if isinstance(v, torch.Tensor) and v.device.type == "cpu" and v.numel():
-            found = lookup(v.data_ptr(), _extent_bytes(v))
+            found = lookup(v.data_ptr(), extent_bytes(v))
             if found is not None:
                 policy, bank, granularity = found.layout_signature()
                 text = f"bank:{bank}" if policy == "bank" else (
