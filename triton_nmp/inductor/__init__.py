@@ -16,37 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from .installation import install, installed
+
 __all__ = ["install", "installed", "compiled_graphs", "tuning_stats", "reset_tuning_stats", "nmp"]
-
-_installed = False
-
-
-def install() -> None:
-    """Make Inductor's CPU + Triton path target nmp on nmp's terms (idempotent; see the modules)."""
-    global _installed
-    if _installed:
-        return
-    from triton_nmp.errors import NMPError
-    from triton_nmp.triton_name import cpu_entry_registered, foreign_cpu_backend
-
-    foreign = foreign_cpu_backend()
-    if foreign is not None:
-        raise NMPError(
-            f"Triton's 'cpu' backend is '{foreign.value}' (installed by another package), so Inductor's CPU "
-            f"kernels go there, not to nmp; uninstall it to compile PyTorch models for nmp")
-    if not cpu_entry_registered():
-        raise NMPError("triton-nmp's Triton entry point 'cpu' is not registered (an install older than this "
-                       "source tree); reinstall triton-nmp (pip install -e .) to compile PyTorch models for nmp")
-    from . import benchmarking, device, workarounds
-
-    device.install()
-    workarounds.install()
-    benchmarking.install()
-    _installed = True
-
-
-def installed() -> bool:
-    return _installed
 
 
 def compiled_graphs() -> list[Any]:

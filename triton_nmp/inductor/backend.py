@@ -20,7 +20,8 @@ import torch
 
 from triton_nmp.errors import NMPError
 
-from . import graphs, install
+from . import graphs
+from .installation import install
 
 __all__ = ["nmp", "MODES", "config_patches"]
 

@@ -9,16 +9,18 @@
 
 Modules, one job each: `spec` (the sweep file), `plan` (tasks, groups, the payload workers share),
 `measure` (one candidate, as the autotuner measures it), `worker` (runs tasks in any process), `engine`
-(the engine contract, in-process engine, the configured engine), `pool` (local process pool with retries),
-`ray_engine` (Ray), `journal` (finished candidates, for resuming), `progress` (the bar), `runner`
-(`run_sweep`), `record` (a sweep from a run's autotuned launches), `integrate` (autotuners' and Inductor's
-benchmarking on the configured engine, Inductor template choices in the tuning cache). Design,
+(the engine contract, the in-process engine), `configured` (engines from options, the configured one),
+`pool` (local process pool with retries), `ray_engine` (Ray), `journal` (finished candidates, for
+resuming), `progress` (the bar), `runner` (`run_sweep`), `record` (a sweep from a run's autotuned
+launches), `integrate` (autotuners' and Inductor's benchmarking on the configured engine, Inductor
+template choices in the tuning cache). Design,
 guarantees and multi-node scaling: docs/sweeps.md.
 """
 
 from __future__ import annotations
 
-from .engine import ENV_VAR, Engine, InProcessEngine, configured_engine, engine_from_options, set_engine
+from .configured import ENV_VAR, configured_engine, engine_from_options, set_engine
+from .engine import Engine, InProcessEngine
 from .plan import Plan, Task, TaskResult, make_plan
 from .runner import GroupReport, SweepReport, run_sweep
 from .spec import KernelCase, KernelRef, NMPSweepError, PlacementSpec, Sweep, TensorSpec

@@ -1,13 +1,11 @@
-"""Autotuners' and Inductor's candidate benchmarking on the configured sweep engine (`engine.set_engine`).
+"""Autotuners' and Inductor's candidate benchmarking on the configured sweep engine (`configured.set_engine`).
 
 * `measure_on_engine(engine, tuner, configs, named_args, kwargs)`: the candidates of one live launch as
   one batch of sweep tasks (the launch's own tensors, copied to the workers with their layouts); the
-  `NMPAutotuner` calls it for the configs left after pruning, and the stock-autotuner hook below too.
+  `NMPAutotuner` calls it for the configs left after pruning, and so do the stock-autotuner hooks
+  (`triton_nmp.tuning.stock`).
   None when the launch cannot be shipped (a kernel defined inside a function, configs with pre-hooks,
   an autotuner with reset/restore hooks): the caller benchmarks in process, after a one-time warning.
-* `resolve_stock_launch(...)`: what `prune_configs_by(cache=True)` does for a stock `triton.autotune`:
-  a persistent-cache hit leaves Triton one config (nothing is benchmarked); with an engine configured
-  the cost model's top-k are measured on it, the entry is stored, and the winner is returned.
 * `InductorEnginePool`: the object Inductor's `autotune_process.get_tuning_process_pool()` returns while
   an engine is configured (`inductor_patches()` turns `autotune_in_subproc` on): each template choice's
   benchmark request runs as a task of kind "inductor" on the engine's workers.
@@ -22,33 +20,23 @@ from __future__ import annotations
 import math
 import os
 import tempfile
-import warnings
 from pathlib import Path
 from typing import Any
 
 import triton
 
 from triton_nmp.target import active_target
-from triton_nmp.tuning.configs import config_identity, config_record
+from triton_nmp.tuning.configs import config_record
+from triton_nmp.tuning.context import warn_once
 
-from .engine import Engine, configured_engine
+from .configured import configured_engine
+from .engine import Engine
 from .plan import Payload, Task, TaskResult, target_active
 from .spec import KernelCase, KernelRef, NMPSweepError, PlacementSpec, digest
 from .worker import Worker, register_handler
 
-__all__ = ["measure_on_engine", "resolve_stock_launch", "InductorEnginePool", "inductor_patches", "timing_of",
+__all__ = ["measure_on_engine", "InductorEnginePool", "inductor_patches", "timing_of",
            "choice_key", "install_choice_cache"]
-
-_warned: set[str] = set()
-
-
-def _warn_once(key: str, message: str) -> None:
-    if key not in _warned:
-        _warned.add(key)
-        from triton_nmp.tuning.context import user_stacklevel
-
-        warnings.warn(message, stacklevel=user_stacklevel())
-
 
 def _layout_spec(named: dict[str, Any]) -> PlacementSpec:
     """The concrete layout of every placed tensor of a live launch (unplaced ones stay unplaced)."""
@@ -92,7 +80,7 @@ def measure_on_engine(engine: Engine, tuner: Any, configs: list[triton.Config], 
     """Measure `configs` of one live launch on `engine` (see the module docstring); None: do it in process."""
     case = live_case(tuner, configs, named_args, kwargs)
     if isinstance(case, str):
-        _warn_once(case, f"sweep engine {engine.describe()} not used for this kernel: {case}; "
+        warn_once(case, f"sweep engine {engine.describe()} not used for this kernel: {case}; "
                          f"benchmarking in process")
         return None
     spec = active_target()
@@ -117,60 +105,6 @@ def timing_of(result: TaskResult) -> list[float]:
     s = result.simulated_seconds
     ms = s * 1e3 if s is not None and result.error is None and result.pruned is None else math.inf
     return [ms, ms, ms]
-
-
-def resolve_stock_launch(tuner: Any, legal: list[triton.Config], pruned: list[Any], named_args: dict[str, Any],
-                         kwargs: dict[str, Any], cache: Any) -> triton.Config | None:
-    """For a stock `triton.autotune` using `prune_configs_by(...)`: the config to launch without benchmarking
-    (a hit in `cache`, or measured on the configured engine and stored in `cache`), else None (Triton
-    benchmarks as usual). `cache` None: no cache (plain `prune_configs_by()`)."""
-    from triton_nmp.tuning.autotuner import arg_summary, entry_key_for, placement_keys
-    from triton_nmp.tuning.cache import Candidate, Entry
-    from triton_nmp.tuning.configs import space_hash
-    from triton_nmp.tuning.perfmodel import PerfModel
-
-    engine = configured_engine()
-    if cache is None and engine is None:
-        return None  # plain `prune_configs_by()` and no engine: Triton benchmarks as usual
-    named = {k: v for k, v in {**named_args, **kwargs}.items() if k in tuner.arg_names}
-    key = entry_key_for(tuner.fn, tuner.keys, space_hash(tuner.configs), named, placement_keys(named))
-    by_id = {config_identity(c): c for c in tuner.configs}
-    entry = cache.lookup(key) if cache is not None else None
-    if entry is not None and config_identity(entry.best.config) in by_id:
-        return by_id[config_identity(entry.best.config)]
-    if engine is None or len(legal) < 2:
-        return None
-    configs, predicted = legal, {}
-    if isinstance(tuner.perf_model, PerfModel):
-        top_k = tuner.configs_top_k
-        top_k = max(1, int(len(legal) * top_k)) if isinstance(top_k, float) and top_k <= 1.0 else int(top_k)
-        predicted = {c: tuner.perf_model.predict(tuner.fn, named_args, kwargs, c) for c in legal}
-        configs = sorted(legal, key=lambda c: predicted[c])[:top_k]
-        if len(configs) == 1:
-            return None  # Triton launches it without benchmarking anyway
-    results = measure_on_engine(engine, tuner, configs, named_args, kwargs)
-    if results is None:
-        return None
-    def candidate(c: triton.Config) -> Candidate:
-        r, p = results.get(c), predicted.get(c)
-        return Candidate(config_record(c), r is not None, r.simulated_seconds if r and r.error is None else None,
-                         p if p is not None and math.isfinite(p) else None, None, r.error if r else None)
-
-    candidates = [candidate(c) for c in legal if c in results or c in predicted]
-    timed = [i for i, c in enumerate(candidates) if c.simulated_seconds is not None]
-    if not timed:
-        return None
-    winner = min(timed, key=lambda i: (candidates[i].simulated_seconds, i))
-    import time
-
-    entry = Entry(key, candidates, winner, [{"config": config_record(p.config), "reason": p.reason} for p in pruned],
-                  arg_summary(named), time.time(), sum(r.host_seconds for r in results.values()))
-    if cache is not None:
-        try:
-            cache.store(entry)
-        except OSError as exc:
-            _warn_once(f"store:{exc}", f"could not write the tuning cache ({exc}); the result is kept in memory only")
-    return by_id[config_identity(entry.best.config)]
 
 
 # -------------------------------------------------------------------------------------- Inductor
@@ -242,7 +176,7 @@ def store_choice_ms(bmreq: Any, ms: float, host_seconds: float = 0.0) -> None:
     try:
         TuningCache().store(entry)
     except OSError as exc:
-        _warn_once(f"store:{exc}", f"could not write the tuning cache ({exc}); the result is kept in memory only")
+        warn_once(f"store:{exc}", f"could not write the tuning cache ({exc}); the result is kept in memory only")
 
 
 _uncached_benchmark: Any = None
@@ -272,9 +206,9 @@ def install_choice_cache() -> None:
 
 
 def _run_inductor_choice(worker: Worker, payload: Payload, task: Task) -> TaskResult:
-    import triton_nmp.inductor as nmp_inductor
+    from triton_nmp.inductor.installation import install
 
-    nmp_inductor.install()
+    install()
     choice: InductorChoice = payload.cases[task.case]
     with target_active(worker.target(payload, task.target)):
         request = choice.request()

@@ -48,8 +48,8 @@ def measure_candidate(fn: Any, named: dict[str, Any], grid: tuple[int, ...], con
 
     from triton_nmp.errors import NMPError
     from triton_nmp.legality import check_config
-    from triton_nmp.tuning.autotuner import median_seconds
     from triton_nmp.tuning.context import kernel_meta, unwrap_jit
+    from triton_nmp.tuning.entries import median_seconds
     from triton_nmp.tuning.perfmodel import PerfModel
 
     t0 = time.perf_counter()

@@ -136,14 +136,14 @@ def target_active(spec: TargetSpec) -> Iterator[TargetSpec]:
 
 
 def _args_summary(named: dict[str, Any]) -> dict[str, Any]:
-    from triton_nmp.tuning.autotuner import arg_summary
+    from triton_nmp.tuning.entries import arg_summary
 
     return arg_summary(named)
 
 
 def make_plan(sweep: Sweep, *, predict: bool = True) -> Plan:
     """Expand `sweep` into groups of tasks (see the module docstring)."""
-    from triton_nmp.tuning.autotuner import entry_key_for, placement_keys
+    from triton_nmp.tuning.entries import entry_key_for, placement_keys
 
     specs = [TargetSpec.load(t) for t in sweep.targets] or [active_target()]
     groups: list[Group] = []

@@ -36,14 +36,11 @@ def worker_name() -> str:
 
 
 def _ensure_nmp_driver() -> None:
-    import triton
+    """nmp as Triton's active driver, through the public `triton_nmp.activate()` (the driver, whose
+    autotuning hooks reach the tuner and so this sweep, is not imported from here)."""
+    import triton_nmp
 
-    from triton_nmp.driver.driver import NMPDriver
-
-    if not isinstance(getattr(triton.runtime.driver, "_active", None), NMPDriver):
-        import triton_nmp
-
-        triton_nmp.activate()
+    triton_nmp.activate()
 
 
 class Worker:

@@ -20,7 +20,6 @@ keys and the persistent cache.
 from __future__ import annotations
 
 import math
-import os
 import sys
 import time
 import warnings
@@ -34,16 +33,13 @@ from triton.runtime.errors import AutotunerError
 
 from triton_nmp.errors import NMPCompilationError
 
-from .cache import Candidate, Entry, EntryKey, TuningCache
-from .configs import config_identity, config_record, jsonable, space_hash
+from .cache import Candidate, Entry, EntryKey
+from .configs import config_identity, config_record, space_hash
 from .context import kernel_meta, resolve_grid, unwrap_jit, user_stacklevel
-from .perfmodel import PerfModel, prune_configs_by
-from .prune import CachedPrune, PrunedConfig, prune_illegal, prune_with_reasons
-
-try:  # imported here, not per launch: the launcher needs it anyway, and lookups must stay fast
-    from triton_nmp.placement import placement_signature
-except ImportError:  # placement not available yet: keys carry no placement
-    placement_signature = None
+from .entries import arg_summary, entry_key_for, median_seconds, placement_keys, resolve_cache
+from .perfmodel import PerfModel
+from .prune import PrunedConfig, prune_with_reasons
+from .stock import CachedPrune, prune_configs_by, prune_illegal
 
 __all__ = ["NMPAutotuner", "Lookup", "autotune", "entry_key_for", "placement_keys", "PROGRESS_MIN_CONFIGS"]
 
@@ -60,14 +56,6 @@ class Lookup:
     entry_id: str | None = None
 
 
-def placement_keys(named: dict[str, Any]) -> dict[str, Any]:
-    """{tensor argument name: placement signature}; empty while placement is unavailable."""
-    tensors = {k: v for k, v in named.items() if hasattr(v, "data_ptr") and hasattr(v, "dtype")}
-    if not tensors or placement_signature is None:
-        return {}
-    return dict(zip(tensors, (jsonable(s) for s in placement_signature(*tensors.values()))))
-
-
 def _freeze(value: Any) -> Any:
     if isinstance(value, dict):
         return tuple((k, _freeze(v)) for k, v in value.items())
@@ -76,63 +64,16 @@ def _freeze(value: Any) -> Any:
     return value
 
 
-def arg_summary(named: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in named.items():
-        if hasattr(v, "data_ptr") and hasattr(v, "shape"):
-            out[k] = {"shape": list(v.shape), "stride": list(v.stride()), "dtype": str(v.dtype)}
-        else:
-            out[k] = jsonable(v)
-    return out
-
-
-def median_seconds(timing: Any) -> float | None:
-    """Triton's timings are [median, p20, p80] in ms (or a float from a custom do_bench)."""
-    ms = timing[0] if isinstance(timing, (list, tuple)) else timing
-    try:
-        ms = float(ms)
-    except (TypeError, ValueError):
-        return None
-    return ms / 1e3 if math.isfinite(ms) else None
-
-
-def resolve_cache(cache: Any) -> TuningCache | None:
-    if cache is True:
-        return TuningCache()
-    if cache is False or cache is None:
-        return None
-    if isinstance(cache, TuningCache):
-        return cache
-    if isinstance(cache, (str, os.PathLike)):
-        return TuningCache(cache)
-    raise TypeError(f"cache must be a bool, a directory or a TuningCache, not {type(cache).__name__}")
-
-
-def entry_key_for(fn: Any, keys: list[str], space: str, named: dict[str, Any],
-                  placements: dict[str, Any]) -> EntryKey:
-    """The persistent-cache key of a launch of `fn` (tuning key names `keys`, config list hash `space`)
-    with arguments `named` on the active target; the one place that defines it, shared with the sweep
-    runner (`triton_nmp.sweep`) and the `prune_configs_by` hooks so their entries are the autotuner's."""
-    import triton_nmp
-    from triton_nmp.target import active_target
-
-    jit = unwrap_jit(fn)
-    spec = active_target()
-    return EntryKey(
-        kernel=jit.__name__, source_hash=jit.cache_key,
-        key={k: jsonable(named[k]) for k in keys if k in named},
-        dtypes={k: str(v.dtype) for k, v in named.items() if hasattr(v, "dtype")},
-        target=spec.name, target_hash=spec.hash(), placements=placements, space=space,
-        version=triton_nmp.__version__,
-    )
-
-
 # Patched Triton (upstream_patches/triton/0002) appends the backend's part to the in-memory key itself.
 _BACKEND_KEY_HOOK = hasattr(Autotuner, "_use_driver_cache")
 
 
 class NMPAutotuner(Autotuner):
     """Triton's Autotuner plus the persistent cache and placement-aware keys (module docstring)."""
+
+    #: its `run` reads the persistent cache and measures on the sweep engine itself, so the stock-autotuner
+    #: hooks (`stock.prune_illegal`) only prune for it
+    reads_tuning_cache = True
 
     def __init__(self, fn: Any, arg_names: list[str], configs: list[triton.Config], key: list[str],
                  reset_to_zero: list[str] | None = None, restore_value: list[str] | None = None, *,
@@ -291,7 +232,7 @@ class NMPAutotuner(Autotuner):
     def _measure_on_engine(self, configs: list[triton.Config], kwargs: dict) -> dict[triton.Config, Any]:
         """With a sweep engine configured (`triton_nmp.sweep.set_engine`), the candidates as one batch on its
         workers; `_bench` then serves their times. Empty: benchmark in process as usual."""
-        from triton_nmp.sweep.engine import configured_engine
+        from triton_nmp.sweep.configured import configured_engine
 
         engine = configured_engine()
         if engine is None or len(configs) < 2:

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from typing import Any
 
 import triton
 from triton.runtime.autotuner import Autotuner, Heuristics
 from triton.runtime.jit import JITFunction
 
-__all__ = ["LAUNCH_KWARGS", "find_autotuner", "unwrap_jit", "kernel_meta", "resolve_grid", "user_stacklevel"]
+__all__ = ["LAUNCH_KWARGS", "find_autotuner", "unwrap_jit", "kernel_meta", "resolve_grid", "user_stacklevel",
+           "warn_once"]
 
 #: keys KernelInterface.__getitem__ and the autotuner add to kwargs that are not kernel arguments.
 LAUNCH_KWARGS = frozenset({"grid", "warmup"})
@@ -35,6 +37,16 @@ def user_stacklevel() -> int:
         frame = frame.f_back
         level += 1
     return level
+
+
+_warned: set[str] = set()
+
+
+def warn_once(key: str, message: str) -> None:
+    """Warn with `message` (at the user's frame) the first time `key` comes up in this process."""
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(message, stacklevel=user_stacklevel())
 
 
 def unwrap_jit(fn: Any) -> JITFunction:

@@ -1,4 +1,4 @@
-"""The cost model as Triton's `perf_model`, and `prune_configs_by` for `triton.autotune`.
+"""The cost model as Triton's `perf_model` (`prune_configs_by`, in `stock`, hands it to `triton.autotune`).
 
 Triton calls `perf_model(**named_args, **kwargs, **config.all_kwargs())`: the config arrives
 flattened into keyword arguments and the grid as the `grid` keyword (a tuple or a function of the
@@ -19,9 +19,9 @@ import triton
 
 from .configs import config_label
 from .context import find_autotuner, kernel_meta, resolve_grid, unwrap_jit, user_stacklevel
-from .prune import CachedPrune, NMPTuningError, prune_illegal
+from .prune import NMPTuningError
 
-__all__ = ["PerfModel", "prune_configs_by"]
+__all__ = ["PerfModel"]
 
 Predictor = Callable[[Any, dict, triton.Config, tuple], Any]
 
@@ -97,25 +97,3 @@ class PerfModel:
         own = config.all_kwargs()
         kwargs = {k: v for k, v in values.items() if k not in nargs and k not in own}
         return self.predict(tuner.fn, nargs, kwargs, config)
-
-
-def prune_configs_by(top_k: int | float = 0.1, model: Any = None, cache: Any = False) -> dict[str, Any]:
-    """`prune_configs_by` for `triton.autotune`: legality pruning, then the cost model keeps the best
-    `top_k` configs (a fraction <= 1.0 of the legal ones, at least one, or a count) for measuring.
-
-    `model`: None for the calibrated model of the active target, or a target / cost model / callable
-    `(kernel, named_args, config, grid) -> seconds`. `cache` (True, a directory or a `TuningCache`): a stock
-    `triton.autotune` also reads the persistent tuning cache (entries of `triton_nmp.autotune` and of
-    `triton-nmp tune` sweeps; a hit benchmarks nothing) and stores what it measures on a sweep engine.
-    """
-    if isinstance(top_k, bool) or not isinstance(top_k, (int, float)):
-        raise TypeError(f"top_k must be an int count or a float fraction, not {top_k!r}")
-    if (isinstance(top_k, float) and not 0.0 < top_k <= 1.0) or (isinstance(top_k, int) and top_k < 1):
-        raise ValueError(f"top_k must be a fraction in (0, 1] or a count >= 1, not {top_k!r}")
-    if cache is False or cache is None:
-        prune = prune_illegal
-    else:
-        from .autotuner import resolve_cache
-
-        prune = CachedPrune(resolve_cache(cache))
-    return {"early_config_prune": prune, "perf_model": PerfModel(model), "top_k": top_k}

@@ -3,7 +3,8 @@
 On nmp a tile that does not fit the scratchpad is a compile error, not a slow run, and compiling a
 config through LLVM costs far more than the legality query (TTIR once per specialisation, then the
 nmpir lowering and scratchpad plan per config). Reasons are kept per kernel (`last_pruned`) so a
-user who wonders why a config was never measured can print them.
+user who wonders why a config was never measured can print them. The hooks a stock `triton.autotune`
+calls (`prune_illegal`, `prune_configs_by`) are in `stock`.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from triton_nmp.errors import NMPError
 from triton_nmp.legality import check_config
 
 from .configs import config_label
-from .context import find_autotuner, kernel_meta, unwrap_jit, user_stacklevel
+from .context import kernel_meta, unwrap_jit, user_stacklevel
 
-__all__ = ["NMPTuningError", "PrunedConfig", "CachedPrune", "prune_illegal", "prune_with_reasons", "last_pruned"]
+__all__ = ["NMPTuningError", "PrunedConfig", "prune_with_reasons", "last_pruned"]
 
 _SHOWN_REASONS = 5
 
@@ -82,45 +83,3 @@ def prune_with_reasons(fn: Any, configs: Sequence[triton.Config], named_args: di
                              + "\n".join(lines)
                              + "\nAdd configs with smaller tiles or fewer num_stages.")
     return kept, pruned
-
-
-def prune_illegal(configs: list[triton.Config], named_args: dict[str, Any], **kwargs: Any) -> list[triton.Config]:
-    """`early_config_prune` for `triton.autotune`: the configs that compile and fit the scratchpad.
-
-    Finds the kernel from the calling Autotuner (see `context`); the reasons for the others are in
-    `last_pruned(kernel)`. For a stock `triton.autotune` with a sweep engine configured
-    (`triton_nmp.sweep.set_engine`), the remaining candidates are measured on the engine here and only the
-    winner is returned, so Triton benchmarks nothing.
-    """
-    return _prune_for_stock_tuner(configs, named_args, kwargs, None)
-
-
-def _prune_for_stock_tuner(configs: list[triton.Config], named_args: dict[str, Any], kwargs: dict[str, Any],
-                           cache: Any) -> list[triton.Config]:
-    tuner = find_autotuner(named_args=named_args)
-    if tuner is None:
-        raise NMPTuningError("prune_illegal must be called by triton.autotune's early_config_prune hook "
-                             "(it finds the kernel from the autotuner); call prune_with_reasons(kernel, ...) "
-                             "directly otherwise")
-    legal, pruned = prune_with_reasons(tuner.fn, configs, named_args, kwargs)
-    from .autotuner import NMPAutotuner
-
-    if not isinstance(tuner, NMPAutotuner):  # a stock triton.autotune: the cache and the sweep engine decide here
-        from triton_nmp.sweep.integrate import resolve_stock_launch
-
-        chosen = resolve_stock_launch(tuner, legal, pruned, named_args, kwargs, cache)
-        if chosen is not None:
-            return [chosen]  # one config left: Triton launches it without benchmarking
-    return legal
-
-
-class CachedPrune:
-    """`early_config_prune` of `prune_configs_by(cache=...)`: `prune_illegal` that also reads the persistent
-    tuning cache for a stock `triton.autotune` (a hit leaves one config) and stores what it measures on a
-    configured sweep engine."""
-
-    def __init__(self, cache: Any) -> None:
-        self.cache = cache
-
-    def __call__(self, configs: list[triton.Config], named_args: dict[str, Any], **kwargs: Any) -> list[triton.Config]:
-        return _prune_for_stock_tuner(configs, named_args, kwargs, self.cache)
