@@ -11,7 +11,8 @@ A case is one file, `<pass dir>/<name>.nmpir` (input is nmpir) or `.ttir` (input
     <the input IR>
 
 The output is the module as `print_module` writes it, after the scratchpad plan when a pass made one
-(as in `compiled.asm["nmpir"]`). The nmpir input is verified before the passes run.
+(as in `compiled.asm["nmpir"]`), what spilled, and the grid-pipeline decision when `pipeline-grid` ran.
+The nmpir input is verified before the passes run.
 """
 
 from __future__ import annotations
@@ -145,6 +146,8 @@ def run_case(case: Case) -> str:
         verify(mod, "parsing the test input")
     mod = run_passes(mod, ctx, [PASSES_BY_NAME[p] for p in case.passes])
     text = print_module(mod)
+    if "pipeline-grid" in case.passes:
+        text = f"// grid pipeline: {ctx.grid_pipeline[1]}\n" + text
     if ctx.spill is not None:
         text = ctx.spill.summary() + "\n" + text
     return ctx.plan.summary() + "\n" + text if ctx.plan is not None else text

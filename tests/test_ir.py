@@ -23,7 +23,7 @@ def test_there_are_cases_for_the_passes_the_issue_names():
     assert {"access-analysis", "pointer-selects", "strip-mining", "scratchpad-reuse", "address-sinking"} <= dirs
     # and for the passes and rungs of legalization that came later
     assert {"dead-code-elimination", "hoist-loop-invariants", "place-cheap-tiles", "leaner-buffers",
-            "row-strip-mining", "spilling", "legalization"} <= dirs
+            "row-strip-mining", "spilling", "legalization", "pipeline-grid"} <= dirs
 
 
 def test_attributes_of_every_kind_round_trip():
