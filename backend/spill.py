@@ -191,7 +191,11 @@ class _Rewriter:
             for o in op.operands:
                 self.uses[id(o)] = self.uses.get(id(o), 0) + 1
         self.counter = itertools.count(1)
-        self.area = Value("spill_area", AREA_TYPE)
+        # the area's op is built first (its result is the base of every spill DMA) and put at the kernel's
+        # start only if a tile spills
+        self.area_op = Builder(Block(), self.func.loc).op("nmp.spill_area", [], [AREA_TYPE], {"bytes": self.area_bytes},
+                                                          names=["spill_area"])
+        self.area = self.area_op.result
         self.unit_of: dict[int, int] = {}
         self.unit_max: dict[int, int] = {}
         self.unit_name: dict[int, str] = {}
@@ -264,9 +268,7 @@ class _Rewriter:
     def run(self) -> None:
         self.block(self.func.body)
         if self.state.spilled:
-            op = Op("nmp.spill_area", [], [self.area], {"bytes": self.area_bytes}, [], self.func.loc)
-            self.area.owner = op
-            self.func.body.ops.insert(0, op)
+            self.func.body.ops.insert(0, self.area_op)
 
     def block(self, blk: Block) -> None:
         ops = list(blk.ops)
