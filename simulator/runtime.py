@@ -38,6 +38,7 @@ from triton_nmp.abi import (
     STATUS_OUT_OF_BOUNDS,
     STATUS_TIMEOUT,
     TRACE_WORDS,
+    metadata_value,
 )
 from triton_nmp.errors import (
     NMPDeviceAssertError,
@@ -126,9 +127,7 @@ class KernelABI:
         """Accept Triton's KernelMetadata namedtuple, a dict (the JSON), or any object with attributes."""
 
         def get(key: str, default: Any) -> Any:
-            if isinstance(metadata, dict):
-                return metadata.get(key, default)
-            return getattr(metadata, key, default)
+            return metadata_value(metadata, key, default)
 
         name = str(get("name", "") or "")
         counters = tuple(str(c) for c in (get("nmp_counters", None) or ()))

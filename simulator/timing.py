@@ -147,12 +147,10 @@ _LIMIT_NAMES = ("pu", "bank", "link")
 
 def _arg_infos(metadata: Any) -> list[tuple[str, str]]:
     """(name, kind) per non-constexpr argument from Triton metadata (dict or namedtuple) or a KernelABI."""
-    if isinstance(metadata, dict):
-        raw = metadata.get("nmp_args", ()) or ()
-    else:
-        raw = getattr(metadata, "nmp_args", None)
-        if raw is None:
-            raw = getattr(metadata, "args", ()) or ()
+    raw = metadata_value(metadata, "nmp_args", None)
+    if raw is None and not isinstance(metadata, dict):
+        raw = getattr(metadata, "args", None)  # a KernelABI
+    raw = raw or ()
     out = []
     for a in raw:
         if isinstance(a, dict):
