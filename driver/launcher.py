@@ -49,7 +49,7 @@ from triton_nmp.simulator.runtime import (
     make_slots,
     run_grid,
 )
-from triton_nmp.target import active_target
+from triton_nmp.target import active_target, compiled_target
 
 from .device import PendingLaunch, clock
 
@@ -223,6 +223,7 @@ class NMPLauncher:
         self._last_place: tuple[Any, ...] | None = None
         self._layout_memo: dict[Any, Any] = {}
         self._mapping = str(metadata_value(metadata, "pu_mapping", None) or "round_robin")
+        self._spec = compiled_target(metadata)  # launches simulate the machine compiled for (None: the active one)
         self.last_result: LaunchResult | None = None
         self._bound_key: int | None = None
         self._fn: Any = None
@@ -252,7 +253,7 @@ class NMPLauncher:
         if not (gridX > 0 and gridY > 0 and gridZ > 0):  # empty (or invalid) grid: not a launch
             self.last_result = run_grid(self._fn, make_slots(vals), grid, self.abi, (), self.metadata)
         else:
-            spec = active_target()
+            spec = self._spec or active_target()
             tvals = tuple(vals)
             if before_launch:
                 for fn in tuple(before_launch):

@@ -233,3 +233,28 @@ def test_timing_errors_name_the_launch_and_leave_the_clock_usable(tensors) -> No
     with profile() as prof:
         launch(x, y, out2)
     assert len(prof.launches) == 1
+
+
+def test_a_kept_compiled_kernel_simulates_on_the_target_it_was_compiled_for(tensors) -> None:
+    """The launcher takes the machine from the kernel's compile target, not from the active target: a
+    compiled kernel kept across `set_active_target` runs A's code, so it is timed with A's numbers
+    (through the @jit function the switch compiles the kernel again, for B)."""
+    x, y, out = tensors
+    grid = (triton.cdiv(N, BLOCK), 1, 1)
+    a = active_target()
+    compiled = vadd.warmup(x, y, out, N, BLOCK=BLOCK, grid=grid)
+    with profile() as on_a:
+        compiled[grid](x, y, out, N, BLOCK)
+    slow = dataclasses.replace(a, name="nmp-64-slow", bank_bytes_per_cycle=4.0, dma_store_bytes_per_cycle=4.0)
+    old = set_active_target(slow)
+    try:
+        with profile() as kept:
+            compiled[grid](x, y, out, N, BLOCK)
+        with profile() as recompiled:
+            launch(x, y, out)
+    finally:
+        set_active_target(old)
+    assert torch.equal(out, x + y)
+    assert kept.launches[0].sim_seconds == on_a.launches[0].sim_seconds
+    assert kept.launches[0].cycles == on_a.launches[0].cycles
+    assert recompiled.launches[0].sim_seconds > on_a.launches[0].sim_seconds  # B moves bytes 4x slower

@@ -56,7 +56,7 @@ def _from_cache(metadata: Any) -> Any:
     from triton.runtime.cache import get_cache_manager
 
     from triton_nmp.backend.pipeline import PassContext, compile_ttir
-    from triton_nmp.target import spec_for_arch
+    from triton_nmp.target import compiled_target
 
     h, name = metadata_value(metadata, "hash"), metadata_value(metadata, "name")
     if not h or not name:
@@ -66,9 +66,10 @@ def _from_cache(metadata: Any) -> Any:
         return None
     with open(path) as f:
         ttir = f.read()
-    target = metadata_value(metadata, "target")
-    arch = getattr(target, "arch", None) or metadata_value(metadata, "arch", "") or ""
-    ctx = PassContext(spec_for_arch(str(arch)), int(metadata_value(metadata, "num_stages", 2) or 2))
+    spec = compiled_target(metadata)
+    if spec is None:
+        return None
+    ctx = PassContext(spec, int(metadata_value(metadata, "num_stages", 2) or 2))
     return compile_ttir(ttir, ctx).kernel
 
 

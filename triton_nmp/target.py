@@ -661,6 +661,23 @@ def target_arch(spec: TargetSpec) -> str:
     return arch
 
 
+def compiled_target(metadata: Any) -> TargetSpec | None:
+    """The machine a compiled kernel was compiled for, from its metadata (the options' `arch`, else the
+    GPUTarget's), or None when the metadata names none (launchers built by tools from bare metadata).
+
+    A launch simulates on this spec, not on the active target: the kernel's code, scratchpad plan and
+    DMA descriptors are that machine's. Through the @jit function the two agree (switching targets
+    changes Triton's device, so the kernel is compiled again); they differ only for a compiled kernel
+    kept and launched after `activate(target=...)`."""
+    from triton_nmp.abi import metadata_value
+
+    target = metadata_value(metadata, "target")
+    arch = metadata_value(metadata, "arch", None) or getattr(target, "arch", None)
+    if not arch and isinstance(target, dict):
+        arch = target.get("arch")
+    return spec_for_arch(str(arch)) if arch else None
+
+
 def spec_for_arch(arch: str) -> TargetSpec:
     """The spec a compile target names: one seen by `target_arch` (every target the driver reports),
     else the active target or the preset of that name if its hash matches. The compiler takes the
