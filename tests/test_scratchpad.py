@@ -7,7 +7,7 @@ import torch
 import triton
 import triton.language as tl
 
-from triton_nmp.errors import NMPCompilationError
+from triton_nmp.errors import NMPCompilationError, NMPError
 from triton_nmp.legality import check_config, clear_cache
 
 from . import pipeline_kernels as pk
@@ -286,3 +286,17 @@ def test_legality_query_specializes_integers_equal_to_one_as_the_jit_does():
     assert check_config(_unit_stride_kernel, dict(x_ptr=x, out_ptr=out, stride=1), {"BLOCK": 64}).legal
     other = check_config(_unit_stride_kernel, dict(x_ptr=x, out_ptr=out, stride=2), {"BLOCK": 64})
     assert not other.legal and "does not compile" in other.reason
+
+
+
+_unspecialized_stride_kernel = triton.jit(_unit_stride_kernel.fn, do_not_specialize=["stride"])
+
+
+def test_legality_query_takes_the_specialisation_from_triton():
+    """The query binds arguments with Triton's own binder: `do_not_specialize` keeps a 1 a run-time value
+    (its static_assert cannot be decided), and an argument Triton cannot type is an NMPError naming the kernel."""
+    x, out = torch.randn(64), torch.empty(64)
+    verdict = check_config(_unspecialized_stride_kernel, dict(x_ptr=x, out_ptr=out, stride=1), {"BLOCK": 64})
+    assert not verdict.legal and "could not be determined at compile-time" in verdict.reason
+    with pytest.raises(NMPError, match="cannot infer Triton types for the arguments of _unit_stride_kernel"):
+        check_config(_unspecialized_stride_kernel, dict(x_ptr=x, out_ptr=object(), stride=1), {"BLOCK": 64})

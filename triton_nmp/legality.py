@@ -10,6 +10,7 @@ Verdicts are cached per (kernel, specialisation, config).
 from __future__ import annotations
 
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,12 +20,8 @@ from triton_nmp.target import TargetSpec, active_target, target_arch
 _TTIR_CACHE: dict[tuple, str | Exception] = {}
 _VERDICTS: dict[tuple, Verdict] = {}
 _MODULES: dict[tuple, Any] = {}
+_BINDERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # kernel -> Triton's argument binder
 
-_DTYPES = {
-    "torch.float32": "fp32", "torch.float16": "fp16", "torch.bfloat16": "bf16", "torch.float64": "fp64",
-    "torch.int8": "i8", "torch.int16": "i16", "torch.int32": "i32", "torch.int64": "i64", "torch.uint8": "u8",
-    "torch.bool": "i1",
-}
 _OPTION_KEYS = ("num_warps", "num_stages", "num_ctas", "pu_mapping", "maxnreg")
 
 
@@ -41,24 +38,22 @@ class Verdict:
     spill_bytes: int = 0  # the spill area per program in the PU's bank (tiles that did not fit; 0: none)
 
 
-def _type_of(value: Any) -> str:
-    if hasattr(value, "base") and hasattr(value, "block_shape"):  # a host-side TensorDescriptor
-        block = ", ".join(str(int(b)) for b in value.block_shape)
-        return f"tensordesc<{_type_of(value.base)[1:]}[{block}]>"
-    if hasattr(value, "data_ptr") and hasattr(value, "dtype"):
-        try:
-            return "*" + _DTYPES[str(value.dtype)]
-        except KeyError:
-            raise NMPError(f"tensor dtype {value.dtype} is not supported on nmp") from None
-    if isinstance(value, bool):
-        return "i1"
-    if isinstance(value, int):
-        return "i32" if -(2**31) <= value < 2**31 else "i64"
-    if isinstance(value, float):
-        return "fp32"
-    if value is None:
-        return "constexpr"
-    raise NMPError(f"cannot infer a Triton type for argument value {value!r}")
+def _specialise(kernel, make_backend, values: dict[str, Any]) -> tuple[dict[str, str], dict[str, Any]]:
+    """(signature, constexprs) of a launch of `kernel` with `values`, as Triton's JIT specialises it: its own
+    binder (`create_function_from_signature`, the function `JITFunction.run` calls) decides each argument's
+    type and which values become constants (constexprs, None, an int equal to 1 unless do_not_specialize),
+    so the query compiles the TTIR the launch would."""
+    from triton.runtime.jit import create_function_from_signature
+
+    binder = _BINDERS.get(kernel)
+    if binder is None:
+        binder = _BINDERS[kernel] = create_function_from_signature(kernel.signature, kernel.params, make_backend())
+    try:
+        bound, specialization, _ = binder(**values)
+    except Exception as exc:  # an argument Triton cannot type (e.g. an object that is not a tensor or number)
+        raise NMPError(f"cannot infer Triton types for the arguments of {kernel.fn.__name__}: {exc}") from None
+    signature = {p.name: spec[0] for p, spec in zip(kernel.params, specialization)}
+    return signature, {n: bound[n] for n, ty in signature.items() if ty == "constexpr"}
 
 
 def _config_parts(config: Any) -> tuple[dict, dict]:
@@ -117,24 +112,12 @@ def lower_config(kernel, args: dict[str, Any] | tuple | list, config: Any = None
     missing = [n for n in names if n not in values]
     if missing:
         raise NMPError(f"check_config({kernel.fn.__name__}): no value for parameters {missing}")
-    constexpr_names = {p.name for p in kernel.params if p.is_constexpr}
-    unspecialized = {p.name for p in kernel.params if getattr(p, "do_not_specialize", False)}
-    signature, constexprs = {}, {}
-    for n in names:
-        v = values[n]
-        # as Triton's JIT does: an integer argument equal to 1 is specialized into a constant (a stride of
-        # 1 makes an access contiguous at compile time) unless the kernel says do_not_specialize
-        one = type(v) is int and v == 1 and n not in unspecialized
-        if n in constexpr_names or v is None or one:
-            signature[n] = "constexpr"
-            constexprs[n] = v
-        else:
-            signature[n] = _type_of(v)
+    target = GPUTarget("nmp", target_arch(spec), 1)
+    signature, constexprs = _specialise(kernel, lambda: NMPBackend(target), {n: values[n] for n in names})
     key_sig = (kernel.cache_key, tuple(signature.items()), tuple(sorted((k, repr(v)) for k, v in constexprs.items())))
     vkey = key_sig + (tuple(sorted(options.items())), spec.hash())
     if vkey in _VERDICTS:
         return _VERDICTS[vkey], *_MODULES.get(vkey, (None, None))
-    target = GPUTarget("nmp", target_arch(spec), 1)
     backend = NMPBackend(target)
     try:
         opts = backend.parse_options(dict(options))
