@@ -26,7 +26,10 @@ from .ir import Func, Op, Ty, Value
 # -- scalar expressions ---------------------------------------------------------------------------
 # An SExpr is an int constant, or a tuple: ("val", Value) for a TTIR scalar, ("sym", key) for a
 # value the lowering provides (a loop-carried offset), or (op, a, b) for op in add/sub/mul/min,
-# ("gt0", a) -> 1 if a > 0 else 0 (used for guards), ("i1", Value) an i1 condition as 0/1.
+# ("gt0", a) -> 1 if a > 0 else 0 (used for guards), ("i1", Value) an i1 condition as 0/1; and from the
+# piecewise-affine analysis (access_split.py): ("div", a, c) and ("rem", a, c) (truncating, as arith.divsi
+# and arith.remsi), ("cmp", pred, a, b) -> 1 if `a pred b` (an arith.cmpi predicate) else 0, and
+# ("sel", cond, a, b) -> a if cond != 0 else b.
 SExpr = object
 
 
@@ -321,6 +324,8 @@ def nonneg_sexpr(e: SExpr, loops: dict[int, Op]) -> bool:
         return nonneg_value(e[1], loops)
     if e[0] in ("add", "mul"):
         return nonneg_sexpr(e[1], loops) and nonneg_sexpr(e[2], loops)
+    if e[0] in ("div", "rem"):  # truncating quotient or remainder of a non-negative value by a positive one
+        return isinstance(e[2], int) and e[2] > 0 and nonneg_sexpr(e[1], loops)
     return False
 
 

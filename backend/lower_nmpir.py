@@ -9,9 +9,12 @@ becomes a tile op; tiles that only fed DMA descriptors are removed by dead-code 
 
 from __future__ import annotations
 
+import dataclasses
+
 from triton_nmp.errors import NMPCompilationError
 
 from .access import Affine, AffineAnalysis, MaskAnalysis, MaskBox, RowIndex
+from .access_split import SplitAnalysis, split_mask
 from .codegen_scalar import ELEMENTWISE_OPS
 from .ir import Block, Builder, Func, Module, Op, Region, Ty, Value
 from .lower_language import LanguageLowering
@@ -40,6 +43,7 @@ class Lowering(LanguageLowering):
         self.returns: list[list[list[Value]]] = []  # per inlined call: the values its returns give
         self.aff = AffineAnalysis(func.args)
         self.masks = MaskAnalysis(self.aff, func)
+        self.split = SplitAnalysis(self.aff, self.masks.loops)
         self.vmap: dict[int, Value] = {}
         self.syms: dict[object, Value] = {}
         self.builder = Builder(prefix="t")  # its block and loc are where the next op goes
@@ -110,8 +114,15 @@ class Lowering(LanguageLowering):
             return self.syms[e[1]]
         if kind == "i1":
             return self.emit("arith.extui", [self.get(e[1])], [I64]).result
+        if kind == "cmp":
+            c = self.emit("arith.cmpi", [self.sexpr(e[2]), self.sexpr(e[3])], [I1], {"pred": e[1]}).result
+            return self.emit("arith.extui", [c], [I64]).result
+        if kind == "sel":
+            c = self.emit("arith.cmpi", [self.sexpr(e[1]), self.const(0)], [I1], {"pred": "ne"}).result
+            return self.emit("arith.select", [c, self.sexpr(e[2]), self.sexpr(e[3])], [I64]).result
         a, b = self.sexpr(e[1]), self.sexpr(e[2])
-        name = {"add": "arith.addi", "sub": "arith.subi", "mul": "arith.muli", "min": "arith.minsi"}[kind]
+        name = {"add": "arith.addi", "sub": "arith.subi", "mul": "arith.muli", "min": "arith.minsi",
+                "div": "arith.divsi", "rem": "arith.remsi"}[kind]
         return self.emit(name, [a, b], [I64]).result
 
     def row_offsets(self, index: RowIndex, stride, n: int) -> Value:
@@ -296,6 +307,26 @@ class Lowering(LanguageLowering):
         box = self.masks(mask) if mask is not None else MaskBox((None,) * len(shape))
         if box is None:
             return None
+        return self._dma_operands(form, box, shape)
+
+    def _split_descriptor(self, ptr: Value, mask: Value | None, shape: tuple[int, ...]):
+        """A DMA descriptor over the tile cut into digits (`access_split`), when the pointer's index math
+        divides the tile index by aligned constants: (operands, attrs, refined shape), or None."""
+        form = self.aff(ptr)
+        if form is not None and form.index is None:
+            return None  # affine (or not analysable as one): `_descriptor` decided
+        split = self.split(ptr)
+        if split is None or split.root is None:
+            return None
+        box = self.masks(mask) if mask is not None else MaskBox((None,) * len(shape))
+        bounds = split_mask(box, split) if box is not None else None
+        if bounds is None:
+            return None
+        refined = Affine(split.root, split.offset, split.strides)
+        operands, attrs = self._dma_operands(refined, MaskBox(bounds, box.guards), split.shape)
+        return operands, attrs, split.shape
+
+    def _dma_operands(self, form: Affine, box: MaskBox, shape: tuple[int, ...]) -> tuple[list[Value], dict]:
         offset = self.sexpr(form.offset)
         index = None
         form_strides = list(form.strides)
@@ -315,6 +346,12 @@ class Lowering(LanguageLowering):
         operands = make_operands("nmp.dma_load", attrs, base=self.get(form.root), offset=offset, strides=strides,
                                  bounds=bounds, guard=guard, index=index)
         return operands, attrs
+
+    def _view(self, tile: Value, shape: tuple[int, ...]) -> Value:
+        """`tile` (row major) with another shape of the same elements; scalars pass through."""
+        if not tile.type.is_tensor or tile.type.shape == shape:
+            return tile
+        return self.emit("nmp.view", [tile], [dataclasses.replace(tile.type, shape=shape)]).result
 
     def _root_checked(self, ptr: Value, what: str) -> Value:
         root = self.root_of(ptr)
@@ -342,6 +379,15 @@ class Lowering(LanguageLowering):
         mask = op.operands[1] if len(op.operands) > 1 else None
         other = op.operands[2] if len(op.operands) > 2 else None
         r = op.results[0]
+        split = self._split_descriptor(ptr, mask, r.type.shape)
+        if split is not None:  # a DMA into the tile cut into digits, viewed back as the tile
+            operands, attrs, refined = split
+            if other is not None:
+                operands.append(self._view(self.other_value(other), refined))
+                attrs["has_other"] = True
+            tile = self.emit("nmp.dma_load", operands, [dataclasses.replace(r.type, shape=refined)], attrs).result
+            self.bind(op, self.emit("nmp.view", [tile], [r.type], names=[r.name]))
+            return
         desc = self._descriptor(ptr, mask, r.type.shape)
         if desc is not None:  # the address part of a DMA descriptor: base offset strides bounds guard?
             name, (operands, attrs) = "nmp.dma_load", desc
@@ -360,6 +406,11 @@ class Lowering(LanguageLowering):
     def op_tt_store(self, op: Op) -> None:
         ptr, value = op.operands[0], op.operands[1]
         mask = op.operands[2] if len(op.operands) > 2 else None
+        split = self._split_descriptor(ptr, mask, value.type.shape)
+        if split is not None:
+            operands, attrs, refined = split
+            self.emit("nmp.dma_store", operands + [self._view(self.get(value), refined)], [], attrs)
+            return
         desc = self._descriptor(ptr, mask, value.type.shape)
         if desc is not None:
             operands, attrs = desc
