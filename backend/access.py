@@ -285,8 +285,8 @@ def _reshape_unit_dims(src_shape: tuple[int, ...], dst_shape: tuple[int, ...], p
 
 def nonneg_value(v: Value, loops: dict[int, Op], depth: int = 0) -> bool:
     """Whether the integer scalar `v` is provably >= 0: program ids, non-negative constants, induction
-    variables of loops from a non-negative start with a positive step, and sums, products and
-    extensions of those. Like Triton's own analyses, it assumes index arithmetic does not overflow
+    variables of loops from a non-negative start with a positive step, and sums, products, quotients,
+    remainders and extensions of those. Like Triton's own analyses, it assumes index arithmetic does not overflow
     (if it did, the DMA bounds check would report the access instead of letting it through)."""
     if depth > 24 or v.type.is_tensor:
         return False
@@ -307,6 +307,10 @@ def nonneg_value(v: Value, loops: dict[int, Op], depth: int = 0) -> bool:
         return all(nonneg_value(o, loops, depth + 1) for o in op.operands)
     if name == "arith.maxsi":
         return any(nonneg_value(o, loops, depth + 1) for o in op.operands)
+    if name in ("arith.divsi", "arith.divui"):  # Inductor's grouped program order: pid // width
+        return all(nonneg_value(o, loops, depth + 1) for o in op.operands)
+    if name in ("arith.remsi", "arith.remui"):  # a truncating remainder has the sign of the dividend
+        return nonneg_value(op.operands[0], loops, depth + 1)
     return False
 
 

@@ -53,11 +53,11 @@ def config_patches(mode: str | None, options: dict[str, Any] | None) -> dict[str
         # M=1, lowered to mul+sum on CPU devices): `ir.Reduction.create`'s _find_split_reduction in 2.13
         "triton.mix_order_reduction": False,
         "triton.cudagraphs": False,
-        # no pointwise prologues in matmul templates: each of the grid_n programs sharing an A panel would
-        # recompute the prologue, and its view arithmetic (the attention output's transpose back to
-        # [tokens, heads * head_dim]: `(x // 64) % 12`) turns the A tile's DMA into an element gather, 10x
-        # the template's time on GPT-2; materialised by its own kernel it costs one write and one read of A
-        "prologue_fusion": False,
+        # pointwise prologues fuse into matmul templates: the view arithmetic of the attention output's
+        # transpose back to [tokens, heads * head_dim] (`(x // 64) % 12`) is affine on the template's aligned
+        # A tile (backend/access_split.py), so the A panel is one strided DMA and the copy kernel disappears
+        # (GPT-2's attention projection: 58 + 92 us unfused, 92 us fused; 894 us when it was a gather)
+        "prologue_fusion": True,
     }
     patches.update(MODES[name])
     from triton_nmp.sweep.integrate import inductor_patches  # the tuning cache and a configured sweep engine
