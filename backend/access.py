@@ -123,7 +123,24 @@ def _def(v: Value) -> Op | None:
     return v.owner if isinstance(v.owner, Op) else None
 
 
-class AffineAnalysis:
+class MemoisedAnalysis:
+    """A form per value, computed once (`_compute`); a value met again while its own form is being
+    computed (a cycle through a loop) is unknown (None)."""
+
+    memo: dict[int, object]
+
+    def __call__(self, v: Value):
+        key = id(v)
+        if key not in self.memo:
+            self.memo[key] = None
+            self.memo[key] = self._compute(v)
+        return self.memo[key]
+
+    def _compute(self, v: Value):
+        raise NotImplementedError
+
+
+class AffineAnalysis(MemoisedAnalysis):
     """Affine forms of integer and pointer values (scalars and tensors), memoised per value."""
 
     def __init__(self, func_args: list[Value]):
@@ -136,15 +153,6 @@ class AffineAnalysis:
 
     def forget(self, v: Value) -> None:
         self.memo.pop(id(v), None)
-
-    def __call__(self, v: Value) -> Affine | None:
-        key = id(v)
-        if key in self.memo:
-            return self.memo[key]
-        self.memo[key] = None  # cycles resolve to "unknown"
-        res = self._compute(v)
-        self.memo[key] = res
-        return res
 
     def _scalar(self, v: Value) -> Affine | None:
         if v.type.is_ptr:
@@ -342,7 +350,7 @@ class MaskBox:
     guards: tuple[SExpr, ...] = ()
 
 
-class MaskAnalysis:
+class MaskAnalysis(MemoisedAnalysis):
     def __init__(self, affine: AffineAnalysis, func: Func | None = None):
         self.affine = affine
         self.memo: dict[int, MaskBox | None] = {}
@@ -356,13 +364,6 @@ class MaskAnalysis:
             walk = self.func.walk() if self.func is not None else ()
             self._loops = {id(op.regions[0].block.args[0]): op for op in walk if op.name == "scf.for"}
         return self._loops
-
-    def __call__(self, v: Value) -> MaskBox | None:
-        key = id(v)
-        if key not in self.memo:
-            self.memo[key] = None
-            self.memo[key] = self._compute(v)
-        return self.memo[key]
 
     def _compute(self, v: Value) -> MaskBox | None:
         ty = v.type

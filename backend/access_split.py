@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .access import Affine, AffineAnalysis, MaskBox, SExpr, nonneg_sexpr, s_add, s_mul, s_sub
+from .access import Affine, AffineAnalysis, MaskBox, MemoisedAnalysis, SExpr, nonneg_sexpr, s_add, s_mul, s_sub
 from .ir import Op, Value
 
 Digits = tuple[tuple[int, SExpr], ...]  # (size, stride) per digit, innermost first; sizes multiply to the dim
@@ -183,7 +183,7 @@ def _const(v: Value) -> int:
     return 0
 
 
-class SplitAnalysis:
+class SplitAnalysis(MemoisedAnalysis):
     """Split forms of integer and pointer tensors; built on an `AffineAnalysis` (its forms without a
     run-time index are split forms with one digit per dimension) and memoised per value."""
 
@@ -191,13 +191,6 @@ class SplitAnalysis:
         self.affine = affine
         self.loops = loops
         self.memo: dict[int, SplitForm | None] = {}
-
-    def __call__(self, v: Value) -> SplitForm | None:
-        key = id(v)
-        if key not in self.memo:
-            self.memo[key] = None
-            self.memo[key] = self._compute(v)
-        return self.memo[key]
 
     def _from_affine(self, form: Affine | None, shape: tuple[int, ...]) -> SplitForm | None:
         if form is None or form.index is not None:
