@@ -40,12 +40,12 @@ from .codegen_language import LanguageCodegen
 from .codegen_memory import MemoryCodegen
 from .codegen_runtime import RuntimeCodegen
 from .codegen_scalar import F32, F64, I32, I64, compute_type, emit_elementwise, round_to
-from .ir import Module, Op, row_major
+from .ir import Module, Op, Value, row_major
 from .loop_cost import run_accesses
 from .nmpir import fused_run_length
 from .ops import FUSABLE_MEMORY_OPS
 from .scratchpad import ScratchpadPlan
-from .timing_only import timing_only_eligible
+from .timing_only import address_tiles, timing_only_eligible
 
 REDUCE_LANES = 8
 
@@ -88,6 +88,7 @@ class KernelCodegen(ControlFlowCodegen, MemoryCodegen, RuntimeCodegen, LanguageC
         keeps every address, bounds check and trace record (see `timing_only`)."""
         f = self.func
         self.timing_only = timing_only
+        self.address_tiles = address_tiles(f) if timing_only else set()
         body_ty = ir.FunctionType(I64, [I64.as_pointer()] + [I64] * 6 + [I64.as_pointer()])
         self.fn = ir.Function(self.module, body_ty, f"nmp_body{suffix}_{f.name}")
         self.fn.linkage = "internal"
@@ -189,7 +190,8 @@ class KernelCodegen(ControlFlowCodegen, MemoryCodegen, RuntimeCodegen, LanguageC
         shape = run[0].results[0].type.shape
         numel = run[0].results[0].type.numel
         nested = any(op.name == "nmp.broadcast" or op.name == "nmp.iota" and len(shape) > 1 for op in run)
-        if not self.timing_only:
+        computed = [op for op in run if not self.skips_tile(op.results[0])]
+        if computed:
             def element(i, idx=None) -> dict[int, ir.Value]:
                 """The run's values at element i (multi-index idx when it broadcasts). Results are stored
                 after every operand of this element is read: a result may take an operand's buffer."""
@@ -201,7 +203,7 @@ class KernelCodegen(ControlFlowCodegen, MemoryCodegen, RuntimeCodegen, LanguageC
                         return regs[id(v)]
                     return self.load_elem(v, i) if v.type.is_tensor else self.scalar(v)
 
-                for op in run:
+                for op in computed:
                     r = op.results[0]
                     if op.name == "nmp.splat":
                         val = self.scalar(op.operands[0])
@@ -230,7 +232,7 @@ class KernelCodegen(ControlFlowCodegen, MemoryCodegen, RuntimeCodegen, LanguageC
                     self.store_elem(r, i, val)
                 return regs
 
-            if red is not None:  # the reduction's loops visit every element once
+            if red is not None and not self.timing_only:  # the reduction's loops visit every element once
                 self._reduce_elements(red, lambda flat: element(flat, self._unflatten(flat, shape) if nested
                                                                 else None))
             elif nested:  # a loop nest: source indices without division
@@ -305,22 +307,27 @@ class KernelCodegen(ControlFlowCodegen, MemoryCodegen, RuntimeCodegen, LanguageC
     def op_nmp_return(self, op: Op) -> None:
         self.b.ret(_i64(0))
 
+    def skips_tile(self, r: Value) -> bool:
+        """Whether this variant leaves tile `r` uncomputed: the timing-only variant computes only the
+        tiles a row gather's offsets read (`timing_only.address_tiles`)."""
+        return self.timing_only and id(r) not in self.address_tiles
+
     def op_nmp_const(self, op: Op) -> None:
-        if self.timing_only:
+        if self.skips_tile(op.result):
             return
         r = op.result
         c = _const(r.type.scalar, op.attrs["value"])
         self.loop(r.type.numel, lambda i: self.store_elem(r, i, c))
 
     def op_nmp_splat(self, op: Op) -> None:
-        if self.timing_only:
+        if self.skips_tile(op.result):
             return
         r = op.result
         x = self.scalar(op.operands[0])
         self.loop(r.type.numel, lambda i: self.store_elem(r, i, x))
 
     def op_nmp_iota(self, op: Op) -> None:
-        if self.timing_only:
+        if self.skips_tile(op.result):
             return
         r = op.result
         shape, axis, start = r.type.shape, op.attrs["axis"], op.attrs["start"]
@@ -388,7 +395,7 @@ class KernelCodegen(ControlFlowCodegen, MemoryCodegen, RuntimeCodegen, LanguageC
             args = [self.load_elem(o, i) if o.type.is_tensor else self.scalar(o) for o in op.operands]
             self.store_elem(r, i, emit_elementwise(self.b, fn, op.attrs, args, tys, r.type))
 
-        if not self.timing_only:
+        if not self.skips_tile(r):
             self.loop(r.type.numel, body)
         self.count("vec_elems", _i64(r.type.numel))
         self.trace(KIND_VEC, [r.type.numel, 0, dtype_code(r.type.elem), classify(op),

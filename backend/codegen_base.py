@@ -87,6 +87,7 @@ class CodegenBase:
         self.loops: list[tuple[ir.Value, ir.Value]] = []  # (induction variable, lower bound) of open loops
         self.site_ids: dict[tuple, int] = {}
         self.timing_only = False
+        self.address_tiles: set[int] = set()  # tiles the timing-only variant computes (see codegen.skips_tile)
         self._use_counts: dict[int, int] | None = None
         self.temporaries: list[Value] = []  # codegen-made tile values with a buffer, kept alive
         self._elem_regs: dict[int, ir.Value] | None = None  # element values of a fused run, by tile

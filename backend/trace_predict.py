@@ -23,6 +23,7 @@ from .grid_pipeline import ATTR as GRID_ATTR
 from .ir import Func, Op, Value
 from .loop_cost import use_counts, vec_accesses
 from .ops import Operands, dma_tile_type
+from .timing_only import address_tiles
 
 _MAX_ITERATIONS = 1 << 16
 
@@ -147,7 +148,8 @@ class _Predictor:
         self.users = use_counts(func)
         self.accesses: dict[int, int] = {}  # nmp.vec op -> scratchpad accesses of its loop (codegen's fusion)
         self.blocks_seen: set[tuple[int, int]] = set()
-        self.gather_rows = _gather_row_slice(func)
+        self.gather_rows = address_tiles(func)  # the only tiles `index_tile` evaluates: a tile holds
+        # (programs x elements) integers, evaluating every integer tile of a large launch costs seconds
 
     def val(self, v: Value):
         if id(v) in self.unknown:
@@ -442,34 +444,6 @@ class _Predictor:
             if id(r) in results and id(r) not in self.unknown:
                 self.env[id(r)] = results[id(r)]
         return out
-
-
-def _gather_row_slice(func: Func) -> set[int]:
-    """Ids of the values a row gather's offsets (`index` of a DMA) are computed from: the only tiles
-    `index_tile` evaluates. A tile holds (programs x elements) integers, so evaluating every integer tile of
-    a large launch (a pointwise kernel's `x % 768` over thousands of programs) costs seconds for nothing."""
-    roots: list[Value] = []
-
-    def walk(ops: list[Op]) -> None:
-        for op in ops:
-            if op.name in ("nmp.dma_load", "nmp.dma_store"):
-                index = Operands(op).index
-                if index is not None:
-                    roots.append(index)
-            for region in op.regions:
-                walk(region.block.ops)
-
-    walk(func.body.ops)
-    need: set[int] = set()
-    while roots:
-        v = roots.pop()
-        if id(v) in need:
-            continue
-        need.add(id(v))
-        owner = v.owner
-        if isinstance(owner, Op) and owner.name in ("nmp.iota", "nmp.splat", "nmp.vec"):
-            roots.extend(o for o in owner.operands if o.type.is_tensor)
-    return need
 
 
 def predict_trace(func: Func, scalars: dict[str, int | float], spans: dict[str, int],

@@ -172,6 +172,42 @@ def test_timing_only_variant_reproduces_the_trace_without_computing():
     assert torch.all(out == -1.0)  # nothing computed, nothing stored
 
 
+def test_row_offsets_from_program_ids_are_computed_by_the_timing_only_variant():
+    """`(pid_m * BM + arange) % M` rows (the matmul tutorial) do not depend on loaded data: the kernel is
+    grid-pipelined and has a timing-only variant, which computes the row offsets (M = 96 wraps the last
+    row block, so the runs of rows, and with them the trace, depend on their values)."""
+    from triton_nmp.simulator import loader, runtime
+
+    from .corpus import matmul_tutorial
+
+    M, N, K = 96, 64, 64
+    a, b = torch.randn(M, K).half(), torch.randn(K, N).half()
+    c = torch.empty(M, N, dtype=torch.float16)
+    seen = []
+
+    def listener(meta, grid, result):
+        seen.append(result)
+
+    cfg = dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=32, BLOCK_SIZE_K=32, GROUP_SIZE_M=8)
+    runtime.add_launch_listener(listener)
+    try:
+        k = matmul_tutorial[(4,)](a, b, c, M, N, K, K, 1, N, 1, N, 1, timing_variant=True, **cfg)
+    finally:
+        runtime.remove_launch_listener(listener)
+    torch.testing.assert_close(c.float(), a.float() @ b.float(), rtol=2e-2, atol=2e-1)
+    assert k.metadata.nmp_grid_pipeline, k.metadata.nmp_grid_pipeline_reason
+    assert k.metadata.nmp_timing_entry == "nmp_grid_timing_matmul_tutorial", k.metadata.nmp_timing_reason
+    obj = loader.load_object(k.asm["nmpbin"])
+    fn = runtime.entry_function(obj.address(k.metadata.nmp_timing_entry))
+    out = torch.full((M, N), -1.0, dtype=torch.float16)
+    slots = runtime.make_slots([a.data_ptr(), a.numel() * 2, b.data_ptr(), b.numel() * 2,
+                                out.data_ptr(), out.numel() * 2, M, N, K, K, N, N])
+    r = runtime.run_grid(fn, slots, (4, 1, 1), runtime.KernelABI.from_metadata(k.metadata))
+    assert r.status == 0
+    assert (r.trace == seen[-1].trace).all() and r.counters == seen[-1].counters
+    assert torch.all(out == -1.0)
+
+
 def test_data_dependent_addresses_are_not_timing_only():
     x = torch.randn(512)
     y = torch.empty(512)
