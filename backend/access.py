@@ -457,3 +457,40 @@ class MaskAnalysis(MemoisedAnalysis):
         if not all(nonneg_sexpr(s, loops) for s in x.strides):
             return None
         return MaskBox((None,) * rank)
+
+
+def magnitude_bound(v: Value, depth: int = 0) -> int:
+    """An upper bound on |x| for every element x of the integer value `v` (a TTIR scalar or tensor).
+
+    Values of a type of w bits are bounded by 2**(w-1) whatever they compute (wrapping included), so
+    an op's bound is the smaller of what its operands allow and what its type allows. Loaded data gets
+    its type's bound. Used to narrow the offsets of element gathers to 32 bits only when provable."""
+    ty: Ty = v.type
+    width = {"i1": 1, "i8": 8, "i16": 16, "i32": 32, "i64": 64}.get(ty.elem or "", 64)
+    limit = 1 if width == 1 else 1 << (width - 1)
+    op = _def(v)
+    if op is None or depth > 32:
+        return limit
+    name = op.name
+
+    def of(k: int) -> int:
+        return magnitude_bound(op.operands[k], depth + 1)
+
+    if name == "arith.constant":
+        val = op.attrs.get("value")
+        return min(abs(val), limit) if isinstance(val, int) and not isinstance(val, bool) else limit
+    if name == "tt.make_range":
+        start = int(op.attrs.get("start", 0))
+        return min(max(abs(start), abs(start + ty.shape[0] - 1)), limit)
+    if name in ("tt.splat", "tt.broadcast", "tt.expand_dims", "tt.reshape", "tt.trans", "arith.extsi",
+                "arith.trunci"):
+        return min(of(0), limit)
+    if name in ("arith.addi", "arith.subi"):
+        return min(of(0) + of(1), limit)
+    if name == "arith.muli":
+        return min(of(0) * of(1), limit)
+    if name == "arith.remsi":  # |x rem y| <= |x| and < |y|
+        return min(of(0), of(1), limit)
+    if name == "arith.select":
+        return min(max(of(1), of(2)), limit)
+    return limit

@@ -277,11 +277,31 @@ class MemoryCodegen(CodegenBase):
             self._trace_dma(KIND_DMA_STORE, root, offset, strides, valid, esize,
                             FLAG_GRID_PIPELINED if op.attrs.get(GRID_ATTR) else 0, dtype)
 
+    def _element_address(self, op: Op):
+        """Element i's address of a gather or scatter: base + offset + addrs[i] * scale (the offsets form;
+        base + offset computed once, outside the element loop), or addrs[i] (a pointer tile)."""
+        at = Operands(op)
+        addrs = at.addrs
+        scale = op.attrs.get("scale")
+        if not scale:
+            return lambda i: self._elem(addrs, i)
+        b = self.b
+        start = b.add(self.arg_info[id(at.base)][1], self.scalar(at.offset))
+
+        def addr(i):
+            o = self._elem(addrs, i)
+            if o.type.width < 64:
+                o = b.sext(o, I64)
+            return b.add(start, o if scale == 1 else b.mul(o, _i64(scale)))
+
+        return addr
+
     def _gather_parts(self, op: Op):
         """(elements, per-element body, epilogue) of a gather, so a fused run can end in one."""
         b = self.b
         g = Operands(op)
-        root, ptrs, mask, other = g.base, g.ptrs, g.mask, g.other
+        root, mask, other = g.base, g.mask, g.other
+        address = self._element_address(op)
         r = op.result
         st = storage_type(r.type)
         esize = r.type.elem_bytes
@@ -295,7 +315,7 @@ class MemoryCodegen(CodegenBase):
             m = get(mask, i) if mask is not None else ir.Constant(I1, 1)
             with b.if_else(m) as (then, otherwise):
                 with then:
-                    addr = get(ptrs, i)
+                    addr = address(i)
                     self._elem_check(op, root, addr, esize, site)
                     b.store(b.load(b.inttoptr(addr, st.as_pointer())), b.gep(self.buffer(tile), [i]))
                 with otherwise:
@@ -315,7 +335,8 @@ class MemoryCodegen(CodegenBase):
     def _scatter_parts(self, op: Op):
         b = self.b
         sc = Operands(op)
-        root, ptrs, value, mask = sc.base, sc.ptrs, sc.value, sc.mask
+        root, value, mask = sc.base, sc.value, sc.mask
+        address = self._element_address(op)
         st = storage_type(value.type)
         esize = value.type.elem_bytes
         site = self.site(op, root.name)
@@ -326,7 +347,7 @@ class MemoryCodegen(CodegenBase):
         def body(i):
             m = get(mask, i) if mask is not None else ir.Constant(I1, 1)
             with b.if_then(m):
-                addr = get(ptrs, i)
+                addr = address(i)
                 self._elem_check(op, root, addr, esize, site)
                 x = to_storage(b, get(value, i), value.type)
                 b.store(x, b.inttoptr(addr, st.as_pointer()))

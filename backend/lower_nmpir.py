@@ -13,12 +13,12 @@ import dataclasses
 
 from triton_nmp.errors import NMPCompilationError
 
-from .access import Affine, AffineAnalysis, MaskAnalysis, MaskBox, RowIndex
+from .access import Affine, AffineAnalysis, MaskAnalysis, MaskBox, RowIndex, magnitude_bound, s_add, s_mul
 from .access_split import SplitAnalysis, split_mask
 from .codegen_scalar import ELEMENTWISE_OPS
 from .ir import Block, Builder, Func, Module, Op, Region, Ty, Value
 from .lower_language import LanguageLowering
-from .ops import make_operands
+from .ops import FUSABLE_OPS, make_operands
 
 I64 = Ty("i64")
 I1 = Ty("i1")
@@ -33,6 +33,12 @@ _SIMPLE = {
     "tt.get_program_id": "nmp.program_id",
     "tt.get_num_programs": "nmp.num_programs",
 }
+_SHAPE_OPS = ("tt.broadcast", "tt.expand_dims", "tt.reshape", "tt.trans")
+
+
+def _simple_attrs(op: Op) -> dict:
+    """The attributes a `_SIMPLE` op keeps."""
+    return {k: v for k, v in op.attrs.items() if k in ("axis", "order", "inputPrecision", "_words")}
 
 
 class Lowering(LanguageLowering):
@@ -243,7 +249,7 @@ class Lowering(LanguageLowering):
             handler(op)
             return
         if name in _SIMPLE:
-            attrs = {k: v for k, v in op.attrs.items() if k in ("axis", "order", "inputPrecision", "_words")}
+            attrs = _simple_attrs(op)
             if name in ("tt.get_program_id", "tt.get_num_programs"):
                 attrs["axis"] = {"x": 0, "y": 1, "z": 2}[op.attrs["_words"][0]]
             new = self.emit(_SIMPLE[name], [self.get(o) for o in op.operands], [r.type for r in op.results], attrs,
@@ -353,6 +359,86 @@ class Lowering(LanguageLowering):
             return tile
         return self.emit("nmp.view", [tile], [dataclasses.replace(tile.type, shape=shape)]).result
 
+    def _element_addresses(self, ptr: Value, root: Value, attrs: dict) -> dict[str, Value]:
+        """The address operands of an element gather/scatter through the pointer tile `ptr`. A tile built
+        from the argument by `addptr`s of integer tensors and shape ops becomes the offsets form (sets
+        `scale`): a scalar byte offset plus an offsets tile in elements: the program's own index tensor
+        when there is one (no new tile), else their sum, in i32 when `magnitude_bound` proves that every
+        partial sum fits, else in i64. Other pointer tiles (a `tl.where` between two tensors' pointers, a
+        pointer carried by a loop, pointers loaded from memory) stay a pointer tile."""
+        form = self._offset_form(ptr)
+        if form is None or form[0] is not root or not form[2]:
+            return {"base": self.get(root), "addrs": self.get(ptr)}
+        _root, offset, terms = form
+        ity = None
+        if len(terms) > 1:
+            ity = "i32" if sum(magnitude_bound(t) for t in terms) < 1 << 31 else "i64"
+        attrs["scale"] = ptr.type.pointee_bytes
+        return {"base": self.get(root), "offset": self._scalar_before_tiles(offset),
+                "addrs": self._offsets_tile(ptr, ity)}
+
+    def _scalar_before_tiles(self, e) -> Value:
+        """`sexpr(e)`, its scalar ops placed before the elementwise tile ops that end the block so far:
+        between them and the gather they would split the fused run that computes its operands."""
+        ops = self.builder.block.ops
+        n = len(ops)
+        v = self.sexpr(e)
+        new = ops[n:]
+        del ops[n:]
+        while n > 0 and ops[n - 1].name in FUSABLE_OPS and not ops[n - 1].regions:
+            n -= 1
+        ops[n:n] = new
+        return v
+
+    def _uniform_int(self, v: Value):
+        """The scalar (an `SExpr`) every element of the integer tensor `v` holds, or None."""
+        a = self.aff(v)
+        return a.offset if a is not None and a.root is None and a.is_uniform else None
+
+    def _offset_form(self, p: Value) -> tuple[Value, object, list[Value]] | None:
+        """(argument, byte offset, integer tensors added in elements) of the pointer tile `p`, or None."""
+        op = p.owner if isinstance(p.owner, Op) else None
+        if op is None:
+            return None
+        if op.name == "tt.splat":
+            a = self.aff(op.operands[0])
+            return None if a is None or a.root is None else (a.root, a.offset, [])
+        if op.name in _SHAPE_OPS:
+            return self._offset_form(op.operands[0])
+        if op.name != "tt.addptr":
+            return None
+        inner = self._offset_form(op.operands[0])
+        if inner is None:
+            return None
+        root, offset, terms = inner
+        o = op.operands[1]
+        k = self._uniform_int(o)
+        if k is not None:
+            return root, s_add(offset, s_mul(k, p.type.pointee_bytes)), terms
+        return root, offset, terms + [o]
+
+    def _offsets_tile(self, p: Value, ity: str | None) -> Value | None:
+        """The offsets tile of `_offset_form(p)`'s tensors, shaped like `p`: the one tensor as it is
+        (`ity` None), else their sum in `ity`."""
+        op = p.owner
+        if op.name == "tt.splat":
+            return None
+        if op.name in _SHAPE_OPS:
+            t = self._offsets_tile(op.operands[0], ity)
+            if t is None:
+                return None
+            return self.emit(_SIMPLE[op.name], [t], [Ty(t.type.elem, p.type.shape)], _simple_attrs(op)).result
+        t = self._offsets_tile(op.operands[0], ity)
+        o = op.operands[1]
+        if self._uniform_int(o) is not None:
+            return t
+        ot = self.get(o)
+        ty = Ty(ity or ot.type.elem, p.type.shape)
+        if ity is not None and ot.type.elem != ity:
+            wider = ot.type.elem_bytes < ty.elem_bytes
+            ot = self.emit("nmp.vec", [ot], [ty], {"fn": "arith.extsi" if wider else "arith.trunci"}).result
+        return ot if t is None else self.emit("nmp.vec", [t, ot], [ty], {"fn": "arith.addi"}).result
+
     def _root_checked(self, ptr: Value, what: str) -> Value:
         root = self.root_of(ptr)
         if root is None:
@@ -396,7 +482,7 @@ class Lowering(LanguageLowering):
             name, attrs = "nmp.gather", {"arg": root.name}
             if mask is not None:
                 attrs["has_mask"] = True
-            operands = make_operands(name, attrs, base=self.get(root), ptrs=self.get(ptr),
+            operands = make_operands(name, attrs, **self._element_addresses(ptr, root, attrs),
                                      mask=self.get(mask) if mask is not None else None)
         if other is not None:  # last in both layouts
             operands.append(self.other_value(other))
@@ -420,8 +506,8 @@ class Lowering(LanguageLowering):
         attrs = {"arg": root.name}
         if mask is not None:
             attrs["has_mask"] = True
-        operands = make_operands("nmp.scatter", attrs, base=self.get(root), ptrs=self.get(ptr), value=self.get(value),
-                                 mask=self.get(mask) if mask is not None else None)
+        operands = make_operands("nmp.scatter", attrs, **self._element_addresses(ptr, root, attrs),
+                                 value=self.get(value), mask=self.get(mask) if mask is not None else None)
         self.emit("nmp.scatter", operands, [], attrs)
 
     def _lower_region_into(self, region: Region, block: Block) -> None:

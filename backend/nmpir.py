@@ -458,8 +458,7 @@ def _ends_run(op: Op, run: list[Op], shape: tuple[int, ...]) -> bool:
     """Whether the gather/scatter/atomic `op` can end `run`: its addresses are the run's, of its shape."""
     if op.name not in FUSABLE_MEMORY_OPS:
         return False
-    mem = Operands(op)
-    ptrs = mem.ptrs
-    if not ptrs.type.is_tensor or ptrs.type.shape != shape or not any(ptrs is r.results[0] for r in run):
-        return False
-    return all(o.type.shape == shape for o in mem.after("base") if o.type.is_tensor)
+    tiles = [o for o in Operands(op).after("base") if o.type.is_tensor]
+    produced = {id(r.results[0]) for r in run if r.results}
+    # the run computes one of its tiles (addresses, offsets, mask, values), all of the run's shape
+    return any(id(o) in produced for o in tiles) and all(o.type.shape == shape for o in tiles)

@@ -122,10 +122,11 @@ _DEFS = (
               "`indexed`: a row gather, dimension `index_axis` at the byte offsets of the 1-D tile `index`"),
     OpDef("nmp.dma_store", "base offset strides[rank] bounds[rank] guard?guarded index?indexed value", effects=True,
           elementwise=True, doc="structured DMA of a tile (or scalar) to memory"),
-    OpDef("nmp.gather", "base ptrs mask?has_mask other?has_other", ends_run=True, elementwise=True,
-          doc="element-by-element checked load through a tile of addresses"),
-    OpDef("nmp.scatter", "base ptrs value mask?has_mask", effects=True, ends_run=True, elementwise=True,
-          doc="element-by-element checked store through a tile of addresses"),
+    OpDef("nmp.gather", "base offset?scale addrs mask?has_mask other?has_other", ends_run=True, elementwise=True,
+          doc="element-by-element checked load; with `scale`: element i at base + offset + addrs[i] * scale "
+              "bytes (`addrs` an i32/i64 offsets tile, `offset` an i64 scalar), else `addrs` is a pointer tile"),
+    OpDef("nmp.scatter", "base offset?scale addrs value mask?has_mask", effects=True, ends_run=True,
+          elementwise=True, doc="element-by-element checked store, addressed as `nmp.gather`"),
     OpDef("nmp.atomic", "base ptrs cmp?kind=cas value mask?has_mask", effects=True, ends_run=True,
           doc="element-by-element read-modify-write (attr kind); results are the old values"),
     # tile compute
