@@ -154,9 +154,22 @@ class Lowering(LanguageLowering):
         return acc
 
     def materialize(self, form: Affine, ty: Ty) -> Value:
-        shape = ty.shape
+        acc = self.emit("nmp.splat", [self.sexpr(form.offset)], [Ty("i64", ty.shape)]).result
+        acc = self.add_form_offsets(acc, form, ty.shape)
+        if form.root is not None:
+            base = self.emit("nmp.splat", [self.get(form.root)], [ty]).result
+            return self.emit("nmp.vec", [base, acc], [ty], {"fn": "tt.addptr", "elem_bytes": 1}).result
+        if ty.elem != "i64":
+            return self.emit("nmp.vec", [acc], [ty], {"fn": "arith.trunci"}).result
+        return acc
+
+    def add_form_offsets(self, acc: Value | None, form: Affine, shape: tuple[int, ...]) -> Value | None:
+        """`acc` (an i64 tile, or None for 0) plus the run-time index and strided parts of `form`."""
         i64_tile = Ty("i64", shape)
-        acc = self.emit("nmp.splat", [self.sexpr(form.offset)], [i64_tile]).result
+
+        def add(x: Value) -> Value:
+            return x if acc is None else self.emit("nmp.vec", [acc, x], [i64_tile], {"fn": "arith.addi"}).result
+
         if form.index is not None:
             axis = form.index.axis
             rows = self.row_offsets(form.index, 0, shape[axis])
@@ -164,19 +177,13 @@ class Lowering(LanguageLowering):
                 one = tuple(n if d == axis else 1 for d, n in enumerate(shape))
                 rows = self.emit("nmp.view", [rows], [Ty("i64", one)], {"axis": 1 - axis if len(shape) == 2 else 0})
                 rows = self.emit("nmp.broadcast", [rows.result], [i64_tile]).result
-            acc = self.emit("nmp.vec", [acc, rows], [i64_tile], {"fn": "arith.addi"}).result
+            acc = add(rows)
         for d, s in enumerate(form.strides):
             if s == 0:
                 continue
             idx = self.emit("nmp.iota", [], [i64_tile], {"start": 0, "axis": d}).result
             sv = self.emit("nmp.splat", [self.sexpr(s)], [i64_tile]).result
-            prod = self.emit("nmp.vec", [idx, sv], [i64_tile], {"fn": "arith.muli"}).result
-            acc = self.emit("nmp.vec", [acc, prod], [i64_tile], {"fn": "arith.addi"}).result
-        if form.root is not None:
-            base = self.emit("nmp.splat", [self.get(form.root)], [ty]).result
-            return self.emit("nmp.vec", [base, acc], [ty], {"fn": "tt.addptr", "elem_bytes": 1}).result
-        if ty.elem != "i64":
-            return self.emit("nmp.vec", [acc], [ty], {"fn": "arith.trunci"}).result
+            acc = add(self.emit("nmp.vec", [idx, sv], [i64_tile], {"fn": "arith.muli"}).result)
         return acc
 
     def root_of(self, v: Value) -> Value | None:
@@ -364,11 +371,12 @@ class Lowering(LanguageLowering):
         from the argument by `addptr`s of integer tensors and shape ops becomes the offsets form (sets
         `scale`): a scalar byte offset plus an offsets tile in elements: the program's own index tensor
         when there is one (no new tile), else their sum, in i32 when `magnitude_bound` proves that every
-        partial sum fits, else in i64. Other pointer tiles (a `tl.where` between two tensors' pointers, a
-        pointer carried by a loop, pointers loaded from memory) stay a pointer tile."""
+        partial sum fits, else in i64. A pointer carried by a loop goes through its affine form
+        (`_affine_addresses`); other pointer tiles (a `tl.where` between pointer tiles, pointers loaded
+        from memory) stay a pointer tile."""
         form = self._offset_form(ptr)
         if form is None or form[0] is not root or not form[2]:
-            return {"base": self.get(root), "addrs": self.get(ptr)}
+            return self._affine_addresses(ptr, root, attrs)
         _root, offset, terms = form
         ity = None
         if len(terms) > 1:
@@ -376,6 +384,23 @@ class Lowering(LanguageLowering):
         attrs["scale"] = ptr.type.pointee_bytes
         return {"base": self.get(root), "offset": self._scalar_before_tiles(offset),
                 "addrs": self._offsets_tile(ptr, ity)}
+
+    def _affine_addresses(self, ptr: Value, root: Value, attrs: dict) -> dict[str, Value]:
+        """Addresses of a pointer tile whose affine form has a run-time index (a pointer carried by a
+        loop as a scalar offset, `_offset_form` sees no `addptr` chain): the index vector itself as
+        the offsets when it is the only term, in elements; else the byte offsets (`scale` 1) in i64.
+        Any other pointer tile is passed as it is."""
+        form = self.aff(ptr)
+        if form is None or form.root is not root or form.index is None:
+            return {"base": self.get(root), "addrs": self.get(ptr)}
+        size = ptr.type.pointee_bytes
+        (vec, k), *more = form.index.terms
+        if len(ptr.type.shape) == 1 and not more and k == size and all(st == 0 for st in form.strides):
+            attrs["scale"] = size
+            return {"base": self.get(root), "offset": self._scalar_before_tiles(form.offset), "addrs": self.get(vec)}
+        attrs["scale"] = 1
+        offset = self._scalar_before_tiles(form.offset)
+        return {"base": self.get(root), "offset": offset, "addrs": self.add_form_offsets(None, form, ptr.type.shape)}
 
     def _scalar_before_tiles(self, e) -> Value:
         """`sexpr(e)`, its scalar ops placed before the elementwise tile ops that end the block so far:

@@ -13,7 +13,9 @@ Table 3 (`--corpus`): every case of the library-kernel corpus (`tests/corpus.py`
 with every config its library ships: the scratchpad peak per program and the bytes spilled to the
 PU's bank now, against the same figures recorded before the leaner-buffer / strip-mining /
 spilling work (`benchmarks/corpus_baseline.json`, measured on main at the commit it names;
-`--record-baseline` rewrites it from the current tree).
+`--record-baseline` rewrites it from the current tree). It ends with the row gathers (`% M` matmul vs
+masked, embeddings) and the element gathers/scatters: scratchpad peak now against the pointer-tile form
+(`benchmarks/element_gather_baseline.json`).
 
     python benchmarks/scratchpad.py [--size 1024]
     python benchmarks/scratchpad.py --corpus [--cases NAME ...]
@@ -47,12 +49,19 @@ def main() -> int:
     ap.add_argument("--corpus", action="store_true", help="only the corpus table (table 3)")
     ap.add_argument("--cases", nargs="*", default=None, help="corpus cases to run (default: all)")
     ap.add_argument("--record-baseline", action="store_true", help=f"write {BASELINE.name} from this tree")
+    ap.add_argument("--record-element-baseline", action="store_true",
+                    help=f"write {ELEMENT_BASELINE.name} from this tree (only that table)")
     args = ap.parse_args()
+    if args.record_element_baseline:
+        triton_nmp.activate()
+        element_gather_table(record=True)
+        return 0
     if args.corpus or args.record_baseline:
         triton_nmp.activate()
         status = corpus_table(args.cases, args.record_baseline)
         if not args.cases:
             row_gather_table()
+            element_gather_table(record=False)
         return status
     n = args.size
     triton_nmp.activate()
@@ -205,6 +214,56 @@ def row_gather_table() -> None:
         rec = prof.launches[-1]
         out.append([name[-3:], str(rec.counters.get("dma_loads", 0)), str(rec.counters.get("gather_elems", 0)),
                     f"{rec.sim_seconds * 1e6:.1f}"])
+    print(table(header, out, {1, 2, 3}))
+
+
+ELEMENT_BASELINE = Path(__file__).with_name("element_gather_baseline.json")
+
+
+def _element_cases():
+    """(name, kernel, args, config) of element gathers/scatters (`tests/test_element_gather.py`)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tests import test_element_gather as eg
+
+    cases = []
+    for ids in (torch.int64, torch.int32):
+        tag = "i64" if ids == torch.int64 else "i32"
+        table, n = torch.empty(50257, 768), 8 * 768
+        cases.append((f"embedding (Inductor form) {tag} ids", eg.embedding_flat,
+                      dict(table=table, ids=torch.zeros(8, dtype=ids), out=torch.empty(n), n=n),
+                      {"D": 768, "XBLOCK": 4096}))
+        x = torch.empty(2 * 4096)
+        cases.append((f"gather, sum, scatter {tag} ids", eg.gather_normalize_scatter,
+                      dict(x=x, ids=torch.zeros(4096, dtype=ids), n=4096), {"BLOCK": 4096}))
+        cases.append((f"scatter out[perm] = x {tag} perm", eg.scatter_perm,
+                      dict(src=torch.empty(4096), perm=torch.zeros(4096, dtype=ids), out=torch.empty(4096),
+                           n=4096), {"BLOCK": 4096}))
+    cases.append(("both axes indexed 128x128 i64", eg.both_axes_indexed,
+                  dict(table=torch.empty(1000, 256), rows=torch.zeros(128, dtype=torch.int64),
+                       cols=torch.zeros(128, dtype=torch.int64), out=torch.empty(128, 128)),
+                  {"D": 256, "BM": 128, "BN": 128}))
+    return cases
+
+
+def element_gather_table(record: bool) -> None:
+    """Element gathers and scatters (every element its own address): the scratchpad peak per program now
+    (argument + offsets tile) against the pointer-tile form (`element_gather_baseline.json`, recorded on
+    main at the commit it names: `--record-element-baseline` run with that commit's backend)."""
+    rows = {}
+    for name, kernel, args, cfg in _element_cases():
+        rows[name] = check_config(kernel, args, cfg).spm_peak_bytes
+    if record:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=Path(__file__).parent).stdout.strip()
+        ELEMENT_BASELINE.write_text(json.dumps({"commit": commit, "peaks": rows}, indent=1) + "\n")
+    base = json.loads(ELEMENT_BASELINE.read_text()) if ELEMENT_BASELINE.exists() else {"commit": "-", "peaks": {}}
+    print(f"\nelement gathers/scatters: scratchpad peak per program, bytes; before = pointer tiles, main at "
+          f"{base['commit']}")
+    header = ["kernel", "before peak", "peak", "after/before"]
+    out = []
+    for name, peak in rows.items():
+        before = base["peaks"].get(name)
+        out.append([name, str(before or "-"), str(peak), f"{peak / before:.2f}" if before else "-"])
     print(table(header, out, {1, 2, 3}))
 
 

@@ -66,6 +66,19 @@ def bounded_sum(x, out, n, WIDE: tl.constexpr, BLOCK: tl.constexpr):
     tl.store(out + offs, tl.load(p + tl.arange(0, BLOCK), mask=offs < n, other=0.0), mask=offs < n)
 
 
+@triton.jit
+def bag_sum(table, ids, out, n, K, stride, BLOCK: tl.constexpr):
+    """sum_k table[k * stride + ids]: the pointer tile is carried by the loop (as a scalar offset)."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    p = table + tl.load(ids + offs, mask=m, other=0)
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for _ in range(K):
+        acc += tl.load(p, mask=m, other=0.0)
+        p += stride
+    tl.store(out + offs, acc, mask=m)
+
+
 def _gather_lines(compiled) -> list[str]:
     return [ln for ln in compiled.asm["nmpir"].splitlines() if "nmp.gather" in ln or "nmp.scatter" in ln]
 
@@ -145,6 +158,20 @@ def test_bounded_offsets_are_summed_in_i32(wide):
     (gather,) = _gather_lines(k)
     offsets = _offsets_operand(gather)
     assert re.search(rf"{re.escape(offsets)} = nmp\.vec arith\.addi .*tile<64xi32>", k.asm["nmpir"])
+
+
+@pytest.mark.parametrize("id_dtype", [torch.int64, torch.int32])
+def test_loop_carried_pointer_gathers_through_the_ids_tile(id_dtype):
+    n, K, stride = 300, 3, 1000
+    table = torch.randn(K * stride)
+    ids = torch.randint(0, stride, (n,), dtype=id_dtype)
+    out = torch.empty(n)
+    k = bag_sum[(3,)](table, ids, out, n, K, stride, BLOCK=128)
+    torch.testing.assert_close(out, sum(table[ids.long() + j * stride] for j in range(K)))
+    (gather,) = _gather_lines(k)
+    # base + the loop's scalar byte offset + the ids tile in elements
+    assert re.search(r"nmp\.gather %table, %\w+_off, %\w+, .*scale = 4", gather), gather
+    assert f"{_offsets_operand(gather)} = nmp.dma_load %ids" in k.asm["nmpir"]
 
 
 def test_out_of_range_ids_are_reported_per_element():
