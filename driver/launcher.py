@@ -303,6 +303,7 @@ class NMPLauncher:
         policy = plm.default_policy()
         todo: dict[int, tuple[int, int]] = {}
         auto_requested: set[int] = set()
+        provisional: dict[int, tuple[int, int]] = {}
         for i, slot, _ in self._ptr_args:
             ptr, nbytes = vals[slot], vals[slot + 1]
             if ptr and nbytes:
@@ -311,8 +312,10 @@ class NMPLauncher:
                     todo[i] = (ptr, nbytes)
                     if pl is not None:
                         auto_requested.add(i)
+                elif pl.provisional and pl.origin == ptr and pl.extent == nbytes:
+                    provisional[i] = (ptr, nbytes)
         mapping, note = self._mapping, ""
-        need_fp = mapping == "auto" or (todo and (policy == "auto" or auto_requested))
+        need_fp = mapping == "auto" or bool(provisional) or (todo and (policy == "auto" or auto_requested))
         fp = None
         if need_fp:
             from triton_nmp.footprint import launch_footprint
@@ -322,6 +325,12 @@ class NMPLauncher:
             if mapping == "auto" and not fp.exact:
                 mapping = "round_robin"
                 note = f"auto mapping -> round_robin: the footprint is not static ({fp.reason})"
+            if fp.exact and provisional:  # laid out provisionally: a launch that moves most of them decides
+                from triton_nmp.auto_layout import moves_most_of
+
+                settle = {i: v for i, v in provisional.items() if moves_most_of(fp.trace, i, v[1])}
+                todo.update(settle)
+                auto_requested.update(settle)
         if todo:
             self._place_arguments(args, vals, grid, spec, todo, auto_requested, policy, fp)
         result = (mapping, note)
@@ -353,8 +362,13 @@ class NMPLauncher:
                 if len(self._layout_memo) > 64:
                     self._layout_memo.clear()
                 self._layout_memo[key] = memo
+            from triton_nmp.auto_layout import moves_most_of
+
+            sparse = {i for i in memo if not moves_most_of(fp.trace, i, auto[i][1])}
             choices = {i: dataclasses.replace(c, placement=dataclasses.replace(
-                c.placement, origin=auto[i][0], chosen=True)) for i, c in memo.items()}
+                c.placement, origin=auto[i][0], chosen=True, provisional=i in sparse),
+                reason=f"{c.reason}; provisional: this launch moves less than half of its bytes" if i in sparse
+                else c.reason) for i, c in memo.items()}
         for i, _slot, name in self._ptr_args:
             if i not in todo:
                 continue
@@ -368,8 +382,10 @@ class NMPLauncher:
             elif i in auto:
                 if fp is not None and fp.exact:
                     continue  # the kernel does not touch it: it stays host data
-                placement = plm.Placement("interleaved", None, plm.DEFAULT_GRANULARITY, nbytes, ptr, chosen=True)
-                why = f"auto -> default interleaving: the footprint is not static ({fp.reason if fp else ''})"
+                placement = plm.Placement("interleaved", None, plm.DEFAULT_GRANULARITY, nbytes, ptr, chosen=True,
+                                          provisional=True)
+                why = (f"auto -> default interleaving until a launch with a static footprint uses it: this "
+                       f"launch's footprint is not static ({fp.reason if fp else ''})")
                 loaded = True
             else:
                 pol = policy

@@ -118,6 +118,50 @@ def test_data_dependent_footprint_falls_back_to_round_robin_and_says_why():
     assert pl.policy == "interleaved" and pl.chosen
 
 
+def test_a_tensor_first_read_by_gathers_takes_the_layout_of_its_first_static_kernel():
+    # an embedding table: gathered first (no static footprint), then streamed by a kernel that could read it
+    # locally (an LM head's GEMV); the fallback layout is provisional, the static launch re-lays it out once
+    n = 64 * 256
+    x, y = torch.randn(n), torch.randn(n)
+    idx = torch.randint(0, 64, (32,), dtype=torch.int32)
+    _run(lambda: _row_gather_kernel[(32,)](x.view(64, 256), idx, torch.empty(32, 256), BLOCK=256))
+    assert lookup(x.data_ptr(), n * 4).provisional
+    prof, out = _run(lambda: ex.add(x, y, block=1024))
+    assert torch.equal(out, x + y)
+    assert prof.launches[-1].bytes_remote == 0
+    pl = lookup(x.data_ptr(), n * 4)
+    assert not pl.provisional and pl.chosen
+    assert [t.kind for t in prof.transfers if t.nbytes == n * 4].count("relayout") == 1
+    prof, _ = _run(lambda: _row_gather_kernel[(32,)](x.view(64, 256), idx, torch.empty(32, 256), BLOCK=256))
+    assert lookup(x.data_ptr(), n * 4) == pl and not [t for t in prof.transfers if t.nbytes == n * 4]
+    prof, _ = _run(lambda: ex.add(x, y, block=1024))
+    assert not prof.transfers  # settled: a repeat moves nothing
+
+
+@triton.jit
+def _copy_rows_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    tl.store(out_ptr + pid * BLOCK + cols, tl.load(x_ptr + pid * BLOCK + cols))
+
+
+def test_a_launch_touching_few_bytes_of_a_tensor_lays_it_out_provisionally():
+    # an embedding lookup of 2 rows of a 64-row table, then a kernel streaming the whole table (an LM head)
+    x = torch.randn(64, 256)
+    prof, out = _run(lambda: _copy_rows_kernel[(2,)](x, torch.empty(2, 256), BLOCK=256))
+    first = lookup(x.data_ptr(), x.numel() * 4)
+    assert first.provisional and "provisional" in decisions()[-2].why + decisions()[-1].why
+    out = torch.empty(32, 512)
+    prof, _ = _run(lambda: _copy_rows_kernel[(32,)](x, out, BLOCK=512))  # two rows per program
+    assert torch.equal(out.view(64, 256), x)
+    settled = lookup(x.data_ptr(), x.numel() * 4)
+    assert not settled.provisional and prof.launches[-1].bytes_remote == 0
+    assert settled.granularity == 2048 != first.granularity
+    assert [t.kind for t in prof.transfers if t.nbytes == x.numel() * 4] == ["relayout"]
+    _run(lambda: _copy_rows_kernel[(2,)](x, torch.empty(2, 256), BLOCK=256))
+    assert lookup(x.data_ptr(), x.numel() * 4) == settled  # settled: a sparse launch does not move it again
+
+
 def test_relayout_is_charged_over_the_mesh_and_a_repeat_is_free():
     n = 1 << 16
     x = torch.randn(n)

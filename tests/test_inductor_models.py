@@ -125,6 +125,35 @@ def test_gemm_candidates_fit_the_scratchpad_and_rank_by_the_model():
     assert gemm.tuned_candidates(100) <= 15 and gemm.tuned_candidates(4) == 3
 
 
+def test_decode_gemv_tiles_have_one_row_and_fill_every_pu():
+    spec = triton_nmp.active_target()
+    tiles = gemm.candidates(1, 2304, 768, 2, 2, spec)
+    assert tiles and {t.block_m for t in tiles} == {1}  # a 16-row tile would multiply by 15 rows of padding
+    assert {t.block_m for t in gemm.candidates(5, 256, 256, 2, 2, spec)} == {8}
+    assert {t.block_m for t in gemm.candidates(16, 256, 256, 2, 2, spec)} == {16}
+    best = gemm.rank(tiles, 1, 2304, 768, 1, 2, 2, "fp16", spec, b_columns=True)[0]
+    assert -(-2304 // best.block_n) >= spec.num_pus
+
+
+def test_decode_linear_compiles_a_one_row_tile_and_a_pinned_tile_is_used():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(64, 256).half()
+    x = torch.randn(1, 1, 64, dtype=torch.float16)
+    before = len(choices.gemm_selections())
+    with torch.no_grad():
+        y = torch.compile(lin, backend="nmp", options=FRESH)(x)
+    torch.testing.assert_close(y.float(), lin(x).float(), atol=2e-2, rtol=2e-2)
+    sel = choices.gemm_selections()[before:]
+    assert len(sel) == 1 and sel[0].m == 1 and sel[0].kept[0]["BLOCK_M"] == 1
+    pin = gemm.Tile(1, 32, 32, 1)
+    assert pin in gemm.candidates(1, 256, 64, 2, 2, triton_nmp.active_target())
+    torch._dynamo.reset()
+    with torch.no_grad(), choices.pinned_tile(pin):
+        y = torch.compile(lin, backend="nmp", options=FRESH)(x)
+    torch.testing.assert_close(y.float(), lin(x).float(), atol=2e-2, rtol=2e-2)
+    assert choices.gemm_selections()[-1].kept == [dict(BLOCK_M=1, BLOCK_N=32, BLOCK_K=32, num_stages=1)]
+
+
 def test_default_mode_compiles_one_matmul_candidate_and_simulates_none():
     a, b = torch.randn(128, 96), torch.randn(96, 160)
     before = len(choices.gemm_selections())

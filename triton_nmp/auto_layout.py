@@ -23,6 +23,11 @@ that runs it, with every PU running its share of the programs:
    than round robin), and `choose_checked` keeps the layouts only if the timing model finds the
    launch no slower than with the default interleaving.
 
+A launch that moves less than `SETTLE_FRACTION` of a tensor's bytes (an embedding lookup of a few rows
+of a table, the write of one position of a KV cache), like one whose footprint is not static, lays the
+tensor out provisionally: the next launch with a static footprint that moves most of its bytes (the LM
+head streaming the whole table) chooses its layout again, a re-layout charged once like any other.
+
 Which dimension a layout splits follows from the footprint: a chunk of one row's bytes splits a
 row-major tensor by rows; a chunk of a column block's bytes (a 1-D footprint of a column-major
 access) splits it by columns. Footprints that are strided within a chunk (a tile of a row-major
@@ -42,10 +47,11 @@ from triton_nmp.placement import DEFAULT_GRANULARITY, Placement
 from triton_nmp.target import TargetSpec
 
 __all__ = ["LayoutChoice", "choose_layouts", "choose_checked", "layouts_per_reference", "candidate_layouts",
-           "REFERENCE_MAPPINGS", "REPLICATE_MAX_BANK_FRACTION"]
+           "moves_most_of", "REFERENCE_MAPPINGS", "REPLICATE_MAX_BANK_FRACTION", "SETTLE_FRACTION"]
 
 REFERENCE_MAPPINGS = ("round_robin", "blocked")
 REPLICATE_MAX_BANK_FRACTION = 1 / 8
+SETTLE_FRACTION = 1 / 2
 
 
 @dataclass(frozen=True)
@@ -79,6 +85,14 @@ def _extents(recs: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarr
 def _useful(recs: np.ndarray) -> float:
     gather = recs[:, 0] >= KIND_GATHER
     return float(np.where(gather, recs[:, 4] * recs[:, 5], recs[:, 4] * recs[:, 5]).sum())
+
+
+def moves_most_of(trace: np.ndarray, arg: int, nbytes: int) -> bool:
+    """Whether a launch with footprint `trace` moves at least `SETTLE_FRACTION` of argument `arg`'s bytes
+    (repeated reads counted: a tensor every program reads whole is settled by that launch)."""
+    tr = np.asarray(trace, dtype=np.int64)
+    recs = tr[(tr[:, 0] <= KIND_SCATTER) & (tr[:, 2] == arg)]
+    return _useful(recs) >= SETTLE_FRACTION * nbytes
 
 
 def candidate_layouts(recs: np.ndarray, n: int, nbytes: int, ptr: int, spec: TargetSpec) -> list[Placement]:

@@ -69,6 +69,9 @@ class Placement:
     extent: int = 0
     origin: int = field(default=0, compare=False, repr=False)
     chosen: bool = field(default=False, compare=False)  # laid out by the "auto" policy, not by the user
+    # the "auto" policy's fallback (a first launch whose footprint is not static): the next launch with a
+    # static footprint chooses the tensor's layout (a charged re-layout), as it would have for host data
+    provisional: bool = field(default=False, compare=False)
 
     # -------------------------------------------------------------------------------- mapping
 

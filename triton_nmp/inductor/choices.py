@@ -10,13 +10,16 @@ compile workers see).
   target's scratchpad and PUs, not triton-cpu's list), are ranked by `gemm.estimate`, and only the best one
   (default mode) or the best `gemm.tuned_candidates(n)` (max-autotune, which then simulates them) become
   Inductor choices; `max_autotune_gemm_search_space="EXHAUSTIVE"` keeps them all (every legal tile simulated).
-  Every decision is logged in `gemm_selections()`.
+  Every decision is logged in `gemm_selections()`. `pinned_tile(tile)` makes every matmul compiled inside it use
+  that tile (when legal for its shape), e.g. to simulate each candidate of one matmul and check the model's pick.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +31,7 @@ from triton_nmp.target import active_target
 
 from . import gemm
 
-__all__ = ["NMPChoices", "sources_hash", "GemmSelection", "gemm_selections"]
+__all__ = ["NMPChoices", "sources_hash", "GemmSelection", "gemm_selections", "pinned_tile"]
 
 _GEMM_OPS = ("mm", "addmm", "bmm", "baddbmm")
 
@@ -65,6 +68,20 @@ _SELECTIONS: list[GemmSelection] = []
 
 def gemm_selections() -> list[GemmSelection]:
     return list(_SELECTIONS)
+
+
+_PINNED: list[gemm.Tile] = []
+
+
+@contextlib.contextmanager
+def pinned_tile(tile: gemm.Tile) -> Iterator[None]:
+    """Matmuls compiled inside the context use `tile` where it is one of their legal candidates (the
+    others keep the model's pick). Part of Inductor's cache key (`NMPChoices.uuid`)."""
+    _PINNED.append(tile)
+    try:
+        yield
+    finally:
+        _PINNED.pop()
 
 
 def _hint(x: Any) -> int:
@@ -121,7 +138,10 @@ class NMPChoices(InductorChoices):
     """Inductor heuristics for nmp targets."""
 
     def uuid(self) -> str:
-        return f"triton-nmp:{sources_hash()[:16]}:{active_target().hash()[:16]}"
+        from triton_nmp.placement import default_policy
+
+        pin = f":pin{_PINNED[-1]}" if _PINNED else ""
+        return f"triton-nmp:{sources_hash()[:16]}:{active_target().hash()[:16]}:{default_policy()}{pin}"
 
     def get_ktc(self, kernel_inputs: Any, template: Any, op_name: str, kwarg_overrides: Any = None):
         if kernel_inputs.device_type == "cpu" and op_name in _GEMM_OPS and template.uid in _gemm_templates():
@@ -173,6 +193,8 @@ class NMPChoices(InductorChoices):
         else:
             keep = 1
         kept = scored[:keep]
+        if _PINNED:
+            kept = [e for e in scored if e[1] == _PINNED[-1]] or kept
         _SELECTIONS.append(GemmSelection(
             op_name, m, n, k, batch, dname, len(scored),
             [dict(BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_K=t.block_k, num_stages=t.num_stages)

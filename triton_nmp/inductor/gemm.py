@@ -3,7 +3,9 @@
 Inductor's mm/bmm Triton templates take BLOCK_M/N/K, GROUP_M and num_stages. Its CPU config list is sized
 for triton-cpu (and its GPU lists for SMs with registers): on nmp a program runs on one PU, the A and B tiles
 of every pipeline stage plus the accumulator and the output tile live in the PU's scratchpad, and the grid
-should cover every PU. `candidates()` enumerates power-of-two tiles, drops those whose buffers do not fit the
+should cover every PU. `candidates()` enumerates power-of-two tiles (a matmul of fewer than 16 rows, a decode
+step's GEMV, gets BLOCK_M = its row count rounded up to a power of two, so the matrix unit does not multiply
+padding rows and the grid splits N over every PU), drops those whose buffers do not fit the
 scratchpad (the planner's accounting: `num_stages` copies of the A and B tiles, an fp32 accumulator, the output
 tile), and `rank()` orders them by `estimate()`: per program the DMA of its A and B panels (setup per
 descriptor, local/remote bank bandwidth under the default interleaved placement) overlapped with the matrix
@@ -50,10 +52,13 @@ def _pow2_at_least(x: int) -> int:
 
 
 def candidates(m: int, n: int, k: int, in_bytes: int, out_bytes: int, spec: TargetSpec) -> list[Tile]:
-    """Legal tiles for an (m x k) @ (k x n) product: fit the scratchpad, no block far beyond its dimension."""
+    """Legal tiles for an (m x k) @ (k x n) product: fit the scratchpad, no block far beyond its dimension;
+    fewer than 16 rows take BLOCK_M = m rounded up to a power of two (GEMVs: 1)."""
     cap_m, cap_n, cap_k = (max(16, _pow2_at_least(x)) for x in (m, n, k))
+    small_m = _pow2_at_least(m)
+    blocks_m = (small_m,) if small_m < BLOCKS_MN[0] else BLOCKS_MN
     out = []
-    for bm in BLOCKS_MN:
+    for bm in blocks_m:
         if bm > cap_m:
             continue
         for bn in BLOCKS_MN:
