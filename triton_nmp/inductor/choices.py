@@ -183,8 +183,11 @@ class NMPChoices(InductorChoices):
             kw = ktc.params.to_kwargs()
             return gemm.Tile(kw["BLOCK_M"], kw["BLOCK_N"], kw["BLOCK_K"], kw["num_stages"], kw.get("GROUP_M", 8))
 
+        from triton_nmp.placement import default_policy
+
         b_columns = _column_major(kernel_inputs.nodes()[-1])
-        scored = sorted(((gemm.estimate(tile(c), m, n, k, batch, size, size, dname, spec, b_columns), tile(c), i)
+        auto = default_policy() == "auto"
+        scored = sorted(((gemm.estimate(tile(c), m, n, k, batch, size, size, dname, spec, b_columns, auto), tile(c), i)
                          for i, c in enumerate(ktcs)), key=lambda e: (e[0], e[1]))
         if inductor_config.max_autotune_gemm_search_space == "EXHAUSTIVE":
             keep = len(scored)  # simulate every legal candidate (to check the model's choice)

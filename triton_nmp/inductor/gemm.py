@@ -8,9 +8,12 @@ step's GEMV, gets BLOCK_M = its row count rounded up to a power of two, so the m
 padding rows and the grid splits N over every PU), drops those whose buffers do not fit the
 scratchpad (the planner's accounting: `num_stages` copies of the A and B tiles, an fp32 accumulator, the output
 tile), and `rank()` orders them by `estimate()`: per program the DMA of its A and B panels (setup per
-descriptor, local/remote bank bandwidth under the default interleaved placement) overlapped with the matrix
+descriptor; under the default "auto" placement a B panel only one program reads is in its bank, the other
+panels are read at the mix of local and remote bandwidth of an interleaved tensor) overlapped with the matrix
 unit's MACs at the dtype's rate (the first step's panels are not overlapped; a column-major B tile is also
-transposed by the vector unit), times the waves of programs over the PUs, plus the launch overhead.
+transposed by the vector unit), times the waves of programs over the PUs (when two copies of the tiles fit, the
+grid loop is pipelined: after a PU's first program only transfers and compute count), plus the launch
+overhead.
 Default mode compiles the top candidate only; max-autotune simulates the top `tuned_candidates(n)`.
 """
 
@@ -80,20 +83,31 @@ def _mean_hops(spec: TargetSpec) -> float:
 
 
 def estimate(t: Tile, m: int, n: int, k: int, batch: int, in_bytes: int, out_bytes: int, dtype: str,
-             spec: TargetSpec, b_columns: bool = False) -> float:
+             spec: TargetSpec, b_columns: bool = False, auto_placement: bool = True) -> float:
     """Modelled seconds of the mm template with tile `t` (see the module docstring); `b_columns`: B is
-    column-major (the weight of `x @ w.T`), its tiles are transposed in the scratchpad by the vector unit."""
-    programs = batch * math.ceil(m / t.block_m) * math.ceil(n / t.block_n)
+    column-major (the weight of `x @ w.T`), its tiles are transposed in the scratchpad by the vector unit;
+    `auto_placement`: tensors are laid out by the "auto" policy (the default), which puts B's column panels
+    in the bank of the program that reads them when only one program does (a grid of one row of tiles: a
+    decode GEMV; B is a weight, laid out by the matmuls that read it). A is an activation, laid out by the
+    kernel that wrote it, and B panels several programs share are read from all banks as if interleaved."""
+    grid_m, grid_n = math.ceil(m / t.block_m), math.ceil(n / t.block_n)
+    programs = batch * grid_m * grid_n
     waves = math.ceil(programs / spec.num_pus)
     k_steps = math.ceil(k / t.block_k)
-    # default placement interleaves every tensor over all banks: a program's panels are mostly remote
-    remote = 1.0 - 1.0 / spec.num_pus
-    bw = 1.0 / ((1.0 - remote) / spec.bank_bytes_per_cycle + remote / spec.remote_read_bytes_per_cycle)
+    remote = 1.0 - 1.0 / spec.num_pus  # a panel spread over all banks: mostly remote
+    shared_bw = 1.0 / ((1.0 - remote) / spec.bank_bytes_per_cycle + remote / spec.remote_read_bytes_per_cycle)
+    b_local = auto_placement and grid_m == 1
     a_bytes = t.block_m * t.block_k * in_bytes
     b_bytes = t.block_k * t.block_n * in_bytes
     per = spec.dma_max_descriptor_bytes  # 2-D strided descriptors, split at the descriptor size cap
-    batches = sum(math.ceil(math.ceil(x / per) / spec.dma_max_in_flight) for x in (a_bytes, b_bytes))
-    step_dma = (a_bytes + b_bytes) / bw + batches * (spec.dma_setup_cycles + spec.noc_hop_cycles * _mean_hops(spec))
+    step_xfer = step_setup = 0.0
+    for nbytes, local in ((a_bytes, False), (b_bytes, b_local)):
+        batches = math.ceil(math.ceil(nbytes / per) / spec.dma_max_in_flight)
+        hops = 0.0 if local else spec.noc_hop_cycles * _mean_hops(spec)
+        step_xfer += nbytes / (spec.bank_bytes_per_cycle if local else shared_bw)
+        step_setup += batches * (spec.dma_setup_cycles + hops)
+    step_dma = step_xfer + step_setup
+    bw = shared_bw
     step_compute = t.block_m * t.block_n * t.block_k / spec.peak_macs_per_cycle(dtype)
     if b_columns:
         step_compute += math.ceil(t.block_k * t.block_n / spec.vector_fp32_lanes)
@@ -104,14 +118,19 @@ def estimate(t: Tile, m: int, n: int, k: int, batch: int, in_bytes: int, out_byt
     c_bytes = t.block_m * t.block_n * out_bytes
     store = c_bytes / bw + math.ceil(math.ceil(c_bytes / per) / spec.dma_max_in_flight) * spec.dma_setup_cycles
     cycles = waves * (overlap + store)
+    if waves > 1 and 2 * spm_bytes(t, in_bytes, out_bytes) <= spec.spm_bytes:
+        # grid pipeline (backend/grid_pipeline.py: a second copy of the tiles fits): a PU's next program loads
+        # while this one computes, so after the first program only transfers and compute count, not setups
+        steady = max(k_steps * step_xfer + c_bytes / bw, k_steps * step_compute)
+        cycles = overlap + store + (waves - 1) * steady
     return spec.cycles_to_seconds(cycles) + spec.launch_overhead_us * 1e-6
 
 
 def rank(tiles: list[Tile], m: int, n: int, k: int, batch: int, in_bytes: int, out_bytes: int, dtype: str,
-         spec: TargetSpec, b_columns: bool = False) -> list[Tile]:
+         spec: TargetSpec, b_columns: bool = False, auto_placement: bool = True) -> list[Tile]:
     """`tiles`, fastest first by `estimate` (ties: fewer stages, then smaller tiles)."""
-    return sorted(tiles, key=lambda t: (estimate(t, m, n, k, batch, in_bytes, out_bytes, dtype, spec, b_columns),
-                                        t))
+    return sorted(tiles, key=lambda t: (estimate(t, m, n, k, batch, in_bytes, out_bytes, dtype, spec, b_columns,
+                                                 auto_placement), t))
 
 
 def tuned_candidates(n_legal: int) -> int:
