@@ -85,8 +85,11 @@ def _step(prof, graph) -> StepResult:
     )
 
 
-def worker(model_name: str, mode: str, dtype_name: str, prompt_len: int, cache: int) -> RunResult:
-    """One process: build, compile, run and profile prefill and one decode step."""
+def worker(model_name: str, mode: str, dtype_name: str, prompt_len: int, cache: int,
+           placement_pass: bool = False) -> RunResult:
+    """One process: build, compile, run and profile prefill and one decode step. With `placement_pass`, the
+    model-level placement pass (`triton_nmp.placement_pass`, greedy) is run on a captured decode step after
+    compiling and its plan applied (weights laid out once, as at load) before both steps are profiled."""
     import copy
 
     import torch
@@ -125,12 +128,31 @@ def worker(model_name: str, mode: str, dtype_name: str, prompt_len: int, cache: 
         with triton_nmp.profile() as prof:
             compiled(token, pos)
         decode = _step(prof, compiled_graphs()[-1])
+        extra = {"placement": "auto"}
+        if placement_pass:
+            from triton_nmp import placement_pass as pp
+
+            t6 = time.perf_counter()
+            with pp.capture(model) as cap:
+                compiled(token, pos)
+            plan = pp.solve(cap.graph(), "greedy")
+            pp.apply(plan)
+            extra = {"placement": "pass", "pass_seconds": time.perf_counter() - t6,
+                     "plan_migrations": len(plan.migrations())}
+            compiled(token, pos)  # the plan's layouts are in place: nothing moves in the profiled steps
+            with triton_nmp.profile() as prof:
+                compiled(token, pos)
+            decode = _step(prof, compiled_graphs()[-1])
+            compiled(ids)
+            with triton_nmp.profile() as prof:
+                compiled(ids)
+            prefill = _step(prof, compiled_graphs()[-2])
     stats = tuning_stats()
     sel = choices.gemm_selections()
     del copy
     return RunResult(model_name, mode, dtype_name, prompt_len, cache, prefill, decode, t1 - t0, t2 - t1, t4 - t3,
                      t5 - t4, start_to_logits, stats.simulated, stats.benchmarks,
-                     sum(s.legal for s in sel), sum(len(s.kept) for s in sel))
+                     sum(s.legal for s in sel), sum(len(s.kept) for s in sel), extra)
 
 
 def floor_seconds(model_name: str, dtype_name: str, tokens: int, attended: int, cache: int) -> tuple[float, float]:
@@ -171,7 +193,7 @@ def run_worker_process(args, model: str, mode: str, cache_dir: Path) -> RunResul
         "TRITON_NMP_TUNING_CACHE": str(cache_dir / "tuning"),
     })
     cmd = [sys.executable, "-m", "triton_nmp.llm.bench", "--worker", model, mode, args.dtype, str(args.prompt),
-           str(args.cache)]
+           str(args.cache)] + (["--placement-pass"] if args.placement_pass else [])
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
     if proc.returncode != 0:
         raise RuntimeError(f"worker {model}/{mode} failed:\n{proc.stderr[-4000:]}")
@@ -226,7 +248,7 @@ def report(results: list[RunResult]) -> str:
         dc, dm = floor_seconds(r.model, r.dtype, 1, r.cache, r.cache)
         pf, df = max(pc, pm), max(dc, dm)
         rows.append([
-            r.model, r.mode, r.dtype,
+            r.model, r.mode, r.extra.get("placement", "auto"), r.dtype,
             f"{r.prefill.sim_seconds * 1e3:.2f}", f"{pf * 1e3:.2f}", f"{r.prefill.sim_seconds / pf:.2f}x",
             f"{r.decode.sim_seconds * 1e6:.0f}", f"{df * 1e6:.0f}", f"{r.decode.sim_seconds / df:.2f}x",
             f"{r.prefill.launches}/{r.decode.launches}",
@@ -235,9 +257,9 @@ def report(results: list[RunResult]) -> str:
             f"{r.cold_compile_seconds:.1f}",
             f"{r.extra.get('warm_start', float('nan')):.1f}",
         ])
-    header = ["model", "mode", "dtype", "prefill ms", "floor ms", "ratio", "decode us/tok", "floor us", "ratio",
-              "kernels p/d", "host fb", "tune sims", "cold compile s", "warm start s"]
-    return table(header, rows, right=set(range(3, len(header))))
+    header = ["model", "mode", "placement", "dtype", "prefill ms", "floor ms", "ratio", "decode us/tok", "floor us",
+              "ratio", "kernels p/d", "host fb", "tune sims", "cold compile s", "warm start s"]
+    return table(header, rows, right=set(range(4, len(header))))
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -252,6 +274,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--check-choice", action="store_true",
                    help="instead: simulate every legal tile of one layer's matmuls (first model) and compare with "
                         "the tiles max-autotune simulates")
+    p.add_argument("--placement-pass", action="store_true",
+                   help="run the model-level placement pass on a captured decode step before profiling (weights laid "
+                        "out for decode once, as at load) instead of the default auto placement alone")
     p.add_argument("--worker", nargs=5, metavar=("MODEL", "MODE", "DTYPE", "PROMPT", "CACHE"), help=argparse.SUPPRESS)
 
 
@@ -265,7 +290,7 @@ def run(args: argparse.Namespace) -> int:
     """The benchmark for parsed arguments (also `triton-nmp llm`)."""
     if args.worker:
         model, mode, dtype, prompt, cache = args.worker
-        r = worker(model, mode, dtype, int(prompt), int(cache))
+        r = worker(model, mode, dtype, int(prompt), int(cache), args.placement_pass)
         print(json.dumps(asdict(r)))
         return 0
     print(machine_line())
@@ -294,7 +319,10 @@ def run(args: argparse.Namespace) -> int:
     for r in results:
         print(f"{r.model}/{r.mode}: matmul candidates legal {r.gemm_legal}, compiled {r.gemm_kept}; "
               f"tuning simulated {r.tuning_simulated} launches in {r.tuning_benchmarks} benchmarks; "
-              f"warm process: {r.extra['warm_tuning_simulated']}; host fallbacks "
+              f"warm process: {r.extra['warm_tuning_simulated']}; "
+              + (f"placement pass {r.extra['pass_seconds']:.1f} s, {r.extra['plan_migrations']} migrations; "
+                 if "pass_seconds" in r.extra else "")
+              + "host fallbacks "
               f"{sorted(set(r.prefill.host_fallbacks + r.decode.host_fallbacks)) or 'none'}")
     if args.plot:
         plot_breakdown(results, args.plot)
