@@ -225,7 +225,8 @@ class LanguageCodegen(CodegenBase):
         """(elements, per-element read-modify-write, epilogue), so a fused run can end in an atomic."""
         kind = op.attrs["kind"]
         at = Operands(op)
-        root, ptrs, cmp, val, mask = at.base, at.ptrs, at.cmp, at.value, at.mask
+        root, cmp, val, mask = at.base, at.cmp, at.value, at.mask
+        address = self._element_address(op)
         r = op.result
         b = self.b
         st = storage_type(r.type)
@@ -243,7 +244,7 @@ class LanguageCodegen(CodegenBase):
             m = self._elem(mask, i) if mask is not None else ir.Constant(I1, 1)
             with b.if_else(m) as (then, otherwise):
                 with then:
-                    addr = self._elem(ptrs, i)
+                    addr = address(i)
                     self._elem_check(op, root, addr, esize, site)
                     p = b.inttoptr(addr, st.as_pointer())
                     old = to_compute(b, b.load(p), r.type)

@@ -278,8 +278,8 @@ class MemoryCodegen(CodegenBase):
                             FLAG_GRID_PIPELINED if op.attrs.get(GRID_ATTR) else 0, dtype)
 
     def _element_address(self, op: Op):
-        """Element i's address of a gather or scatter: base + offset + addrs[i] * scale (the offsets form;
-        base + offset computed once, outside the element loop), or addrs[i] (a pointer tile)."""
+        """Element i's address of a gather, scatter or atomic: base + offset + addrs[i] * scale (the offsets
+        form; base + offset computed once, outside the element loop), or addrs[i] (a pointer tile)."""
         at = Operands(op)
         addrs = at.addrs
         scale = op.attrs.get("scale")

@@ -6,7 +6,8 @@ from the core conversion so the core (access analysis, loops, DMA) stays small.
 
 from __future__ import annotations
 
-from .ir import Block, Builder, Op, Region
+from .ir import Block, Builder, Op, Region, Value
+from .ops import make_operands
 
 
 class LanguageLowering:
@@ -96,25 +97,27 @@ class LanguageLowering:
 
     def op_tt_atomic_rmw(self, op: Op) -> None:
         """`tl.atomic_*`: every program runs to completion in turn on the simulator, so an atomic is a
-        checked read-modify-write per element, in element order; the result is the old values."""
+        checked read-modify-write per element, in element order; the result is the old values. Its
+        addresses are those of an element scatter (`_element_addresses`: the argument plus an offsets
+        tile when the pointer tile is built from it by `addptr`s); `sem` and `scope` change nothing here."""
         kind = (op.attrs.get("_words") or ["?"])[0]
-        root = self._atomic_root(op, f"atomic {kind}")
-        ptr, val = op.operands[0], op.operands[1]
-        operands = [self.get(root), self.get(ptr), self.get(val)]
-        attrs = {"kind": kind, "arg": root.name}
-        if len(op.operands) > 2:
-            operands.append(self.get(op.operands[2]))
-            attrs["has_mask"] = True
-        res = op.results[0]
-        new = self.emit("nmp.atomic", operands, [res.type], attrs, names=[res.name])
-        self.bind(op, new)
+        self._emit_atomic(op, kind, op.operands[0], None, op.operands[1],
+                          op.operands[2] if len(op.operands) > 2 else None)
 
     def op_tt_atomic_cas(self, op: Op) -> None:
-        root = self._atomic_root(op, "atomic_cas")
         ptr, cmp, val = op.operands
+        self._emit_atomic(op, "cas", ptr, cmp, val, None)
+
+    def _emit_atomic(self, op: Op, kind: str, ptr: Value, cmp: Value | None, val: Value, mask: Value | None) -> None:
+        root = self._atomic_root(op, "atomic_cas" if kind == "cas" else f"atomic {kind}")
+        attrs = {"kind": kind, "arg": root.name}
+        if mask is not None:
+            attrs["has_mask"] = True
+        operands = make_operands("nmp.atomic", attrs, **self._element_addresses(ptr, root, attrs),
+                                 cmp=self.get(cmp) if cmp is not None else None, value=self.get(val),
+                                 mask=self.get(mask) if mask is not None else None)
         res = op.results[0]
-        new = self.emit("nmp.atomic", [self.get(root), self.get(ptr), self.get(cmp), self.get(val)], [res.type],
-                        {"kind": "cas", "arg": root.name}, names=[res.name])
+        new = self.emit("nmp.atomic", operands, [res.type], attrs, names=[res.name])
         self.bind(op, new)
 
     # -- unstructured control flow (early returns) -------------------------------------------------------

@@ -367,8 +367,8 @@ class Lowering(LanguageLowering):
         return self.emit("nmp.view", [tile], [dataclasses.replace(tile.type, shape=shape)]).result
 
     def _element_addresses(self, ptr: Value, root: Value, attrs: dict) -> dict[str, Value]:
-        """The address operands of an element gather/scatter through the pointer tile `ptr`. A tile built
-        from the argument by `addptr`s of integer tensors and shape ops becomes the offsets form (sets
+        """The address operands of an element gather, scatter or atomic through the pointer tile `ptr`. A
+        tile built from the argument by `addptr`s of integer tensors and shape ops becomes the offsets form (sets
         `scale`): a scalar byte offset plus an offsets tile in elements: the program's own index tensor
         when there is one (no new tile), else their sum, in i32 when `magnitude_bound` proves that every
         partial sum fits, else in i64. A pointer carried by a loop goes through its affine form

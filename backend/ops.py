@@ -127,8 +127,9 @@ _DEFS = (
               "bytes (`addrs` an i32/i64 offsets tile, `offset` an i64 scalar), else `addrs` is a pointer tile"),
     OpDef("nmp.scatter", "base offset?scale addrs value mask?has_mask", effects=True, ends_run=True,
           elementwise=True, doc="element-by-element checked store, addressed as `nmp.gather`"),
-    OpDef("nmp.atomic", "base ptrs cmp?kind=cas value mask?has_mask", effects=True, ends_run=True,
-          doc="element-by-element read-modify-write (attr kind); results are the old values"),
+    OpDef("nmp.atomic", "base offset?scale addrs cmp?kind=cas value mask?has_mask", effects=True, ends_run=True,
+          doc="element-by-element read-modify-write (attr kind), addressed as `nmp.gather`; results are the "
+              "old values"),
     # tile compute
     OpDef("nmp.vec", "args*", fusable=True, elementwise=True, doc="elementwise function `fn` on the vector unit"),
     OpDef("nmp.splat", "value", fusable=True, elementwise=True, doc="a tile filled with a scalar"),

@@ -14,8 +14,8 @@ with every config its library ships: the scratchpad peak per program and the byt
 PU's bank now, against the same figures recorded before the leaner-buffer / strip-mining /
 spilling work (`benchmarks/corpus_baseline.json`, measured on main at the commit it names;
 `--record-baseline` rewrites it from the current tree). It ends with the row gathers (`% M` matmul vs
-masked, embeddings) and the element gathers/scatters: scratchpad peak now against the pointer-tile form
-(`benchmarks/element_gather_baseline.json`).
+masked, embeddings) and the element gathers/scatters/atomics: scratchpad peak now against the
+pointer-tile form (`benchmarks/element_gather_baseline.json`).
 
     python benchmarks/scratchpad.py [--size 1024]
     python benchmarks/scratchpad.py --corpus [--cases NAME ...]
@@ -50,7 +50,7 @@ def main() -> int:
     ap.add_argument("--cases", nargs="*", default=None, help="corpus cases to run (default: all)")
     ap.add_argument("--record-baseline", action="store_true", help=f"write {BASELINE.name} from this tree")
     ap.add_argument("--record-element-baseline", action="store_true",
-                    help=f"write {ELEMENT_BASELINE.name} from this tree (only that table)")
+                    help=f"add the rows {ELEMENT_BASELINE.name} lacks, measured on this tree")
     args = ap.parse_args()
     if args.record_element_baseline:
         triton_nmp.activate()
@@ -242,29 +242,50 @@ def _element_cases():
                   dict(table=torch.empty(1000, 256), rows=torch.zeros(128, dtype=torch.int64),
                        cols=torch.zeros(128, dtype=torch.int64), out=torch.empty(128, 128)),
                   {"D": 256, "BM": 128, "BN": 128}))
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tests import test_element_atomic as ea
+
+    for ids in (torch.int64, torch.int32):
+        tag = "i64" if ids == torch.int64 else "i32"
+        cases.append((f"atomic embedding backward 8x768 {tag} ids", ea.embedding_backward,
+                      dict(grad_out=torch.empty(8, 768), ids=torch.zeros(8, dtype=ids),
+                           grad_table=torch.empty(50257, 768), n=8), {"D": 768, "BM": 8, "BD": 1024}))
+        cases.append((f"atomic histogram {tag} bins", ea.histogram,
+                      dict(x=torch.zeros(4096, dtype=ids), hist=torch.zeros(4096, dtype=torch.int32), n=4096),
+                      {"BLOCK": 4096}))
+        cases.append((f"gather then atomic_add, one address tile {tag} ids", ea.read_then_add,
+                      dict(table=torch.empty(2 * 4096), ids=torch.zeros(4096, dtype=ids), delta=torch.empty(4096),
+                           seen=torch.empty(4096), n=4096), {"BLOCK": 4096}))
     return cases
 
 
 def element_gather_table(record: bool) -> None:
-    """Element gathers and scatters (every element its own address): the scratchpad peak per program now
-    (argument + offsets tile) against the pointer-tile form (`element_gather_baseline.json`, recorded on
-    main at the commit it names: `--record-element-baseline` run with that commit's backend)."""
+    """Element gathers, scatters and atomics (every element its own address): the scratchpad peak per
+    program now (argument + offsets tile) against the pointer-tile form (`element_gather_baseline.json`:
+    each row recorded on main at the commit it names, by `--record-element-baseline` run with that
+    commit's backend)."""
     rows = {}
     for name, kernel, args, cfg in _element_cases():
         rows[name] = check_config(kernel, args, cfg).spm_peak_bytes
-    if record:
+    base = json.loads(ELEMENT_BASELINE.read_text()) if ELEMENT_BASELINE.exists() else {"commit": "-", "peaks": {}}
+    base.setdefault("row_commits", {})
+    if record:  # only the rows the file lacks: the others keep the commit they were measured at
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                 cwd=Path(__file__).parent).stdout.strip()
-        ELEMENT_BASELINE.write_text(json.dumps({"commit": commit, "peaks": rows}, indent=1) + "\n")
-    base = json.loads(ELEMENT_BASELINE.read_text()) if ELEMENT_BASELINE.exists() else {"commit": "-", "peaks": {}}
-    print(f"\nelement gathers/scatters: scratchpad peak per program, bytes; before = pointer tiles, main at "
-          f"{base['commit']}")
-    header = ["kernel", "before peak", "peak", "after/before"]
+        for name, peak in rows.items():
+            if name not in base["peaks"]:
+                base["peaks"][name] = peak
+                base["row_commits"][name] = commit
+        ELEMENT_BASELINE.write_text(json.dumps(base, indent=1) + "\n")
+    print("\nelement gathers/scatters/atomics: scratchpad peak per program, bytes; before = pointer tiles, "
+          "measured on main at the commit named")
+    header = ["kernel", "before at", "before peak", "peak", "after/before"]
     out = []
     for name, peak in rows.items():
         before = base["peaks"].get(name)
-        out.append([name, str(before or "-"), str(peak), f"{peak / before:.2f}" if before else "-"])
-    print(table(header, out, {1, 2, 3}))
+        at = base["row_commits"].get(name, base["commit"]) if before else "-"
+        out.append([name, at, str(before or "-"), str(peak), f"{peak / before:.2f}" if before else "-"])
+    print(table(header, out, {2, 3, 4}))
 
 
 if __name__ == "__main__":
