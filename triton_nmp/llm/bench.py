@@ -352,6 +352,24 @@ def layer_matmuls(model_name: str, tokens: int) -> list[tuple[int, int, int]]:
     return [(tokens, d, d), (tokens, d, kv), (tokens, d, cfg.ffn), (tokens, cfg.ffn, d)]
 
 
+def tile_timing_saver(timings: dict[tuple[int, int, int, int], float]):
+    """An Inductor autotuning feedback saver that records each template choice's time by its tile
+    (BLOCK_M, BLOCK_N, BLOCK_K, num_stages). Extra positional arguments (torch 2.13 adds precompile
+    times as a sixth) are accepted and ignored, so they can never overwrite `timings`."""
+
+    def saver(t, name, input_nodes, choices, profiled_time, *_more) -> None:
+        for choice, ms in t.items():
+            kw = getattr(choice, "log_info", {}) or {}
+            try:
+                bm, bk, bn = ast.literal_eval(kw["tile_shape"])  # Inductor logs (BLOCK_M, BLOCK_K, BLOCK_N)
+                key = (int(bm), int(bn), int(bk), int(kw["num_stages"]))
+            except (KeyError, TypeError, ValueError, SyntaxError):
+                continue
+            timings[key] = float(ms)
+
+    return saver
+
+
 def choice_check(model_name: str, dtype_name: str, tokens: int) -> list[dict]:
     """Simulate every legal tile of each of one layer's matmuls (EXHAUSTIVE), and compare the best of all with
     the best among the candidates max-autotune would simulate (the cost model's top `tuned_candidates`)."""
@@ -366,17 +384,7 @@ def choice_check(model_name: str, dtype_name: str, tokens: int) -> list[dict]:
     rows = []
     for m, k, n in layer_matmuls(model_name, tokens):
         timings: dict[tuple[int, int, int, int], float] = {}
-
-        def saver(t, name, input_nodes, choices, profiled_time, _timings=timings):
-            for choice, ms in t.items():
-                kw = getattr(choice, "log_info", {}) or {}
-                try:
-                    bm, bk, bn = ast.literal_eval(kw["tile_shape"])  # Inductor logs (BLOCK_M, BLOCK_K, BLOCK_N)
-                    key = (int(bm), int(bn), int(bk), int(kw["num_stages"]))
-                except (KeyError, TypeError, ValueError, SyntaxError):
-                    continue
-                _timings[key] = float(ms)
-
+        saver = tile_timing_saver(timings)
         select_algorithm.add_feedback_saver(saver)
         try:
             a = torch.randn(m, k, dtype=dtype)
@@ -392,6 +400,11 @@ def choice_check(model_name: str, dtype_name: str, tokens: int) -> list[dict]:
         ranked = gemm.rank(legal, m, n, k, 1, size, size, DTYPES[dtype_name], spec)
         top = ranked[:gemm.tuned_candidates(len(ranked))]
         measured = {t: timings.get((t.block_m, t.block_n, t.block_k, t.num_stages)) for t in legal}
+        if not any(v is not None for v in measured.values()):
+            raise RuntimeError(
+                f"--check-choice: Inductor reported no timing for any of the {len(legal)} legal tiles of the "
+                f"{m}x{k}x{n} matmul ({len(timings)} timed choices; their log_info did not match our tiles): "
+                "check that Inductor's choices log a 'tile_shape' (BLOCK_M, BLOCK_K, BLOCK_N)")
         best = min(v for v in measured.values() if v is not None)
         picked = min(v for t in top if (v := measured[t]) is not None)
         rows.append({"m": m, "k": k, "n": n, "legal": len(legal), "simulated_by_tuning": len(top),
