@@ -115,8 +115,13 @@ def _isolated(tmp_path, monkeypatch):
 
 @pytest.fixture
 def data():
+    """Arguments in the default interleaving, placed before tuning: these tests are about the config axis
+    (arguments still open to the auto policy make the layout a search axis too: test_tuning_layouts.py)."""
     torch.manual_seed(0)
-    return torch.randn(N), torch.randn(N), torch.empty(N)
+    x, y, out = torch.randn(N), torch.randn(N), torch.empty(N)
+    for t in (x, y, out):
+        place(t, "interleaved")
+    return x, y, out
 
 
 def _space(blocks=(256, 1024, 4096), mappings=("round_robin", "blocked")):
@@ -363,8 +368,8 @@ def test_placement_change_retunes_and_is_keyed_separately(data, tmp_path):
     assert bench.calls == 4 and kernel.last_lookup.source == "tuned"  # same shapes, new placement
     check(out, x, y, kernel)
     entries = list(TuningCache(tmp_path / "c").entries())
-    assert [e.key.placements["x_ptr"][0] for e in entries] == ["auto", "blocked"]  # unplaced host data keys as "auto"
-    assert all(e.key.placements["y_ptr"][0] == "auto" for e in entries)
+    assert sorted(e.key.placements["x_ptr"][0] for e in entries) == ["blocked", "interleaved"]
+    assert all(e.key.placements["y_ptr"][0] == "interleaved" for e in entries)
     fresh = autotune(_space(), key=["n"], top_k=2, model=fake_model, cache=tmp_path / "c", do_bench=bench)(tuned_shift)
     fresh[grid](x, y, out, N)
     assert bench.calls == 4 and fresh.last_lookup.source == "disk"
@@ -417,7 +422,7 @@ def test_export_table_json_and_csv(data, tmp_path):
     assert n_rows == len(rows) == 12  # 2 entries x 6 legal configs
     assert sum(r["winner"] for r in rows) == 2 and sum(r["simulated"] for r in rows) == 4
     banks = {r["placements"]["y_ptr"][0] for r in rows}
-    assert banks == {"auto", "bank"}
+    assert banks == {"interleaved", "bank"}
     winner = next(r for r in rows if r["winner"])
     assert winner["kernel"] == "tuned_shift" and winner["key"] == {"n": N} and winner["kwargs"]["BLOCK"] == 4096
     assert winner["simulated_seconds"] == pytest.approx(1e-3 / 4096)

@@ -10,6 +10,7 @@ import warnings
 
 import pytest
 
+from triton_nmp.placement import place
 from triton_nmp.tuning import TuningCache, TuningCacheWarning, autotune
 from triton_nmp.tuning.cache import FORMAT, Candidate, Entry, EntryKey
 from triton_nmp.tuning_cli import args_cache, cmd_cache
@@ -93,7 +94,7 @@ def test_corrupt_file_during_autotune_warns_retunes_and_rewrites(tmp_path):
     from tests.test_tuning import CountingBench, _space, check, fake_model, grid, tuned_shift
 
     n = 4096
-    x, y, out = torch.randn(n), torch.randn(n), torch.empty(n)
+    x, y, out = (place(t, "interleaved") for t in (torch.randn(n), torch.randn(n), torch.empty(n)))
     cache_dir = tmp_path / "c"
     autotune(_space(), key=["n"], top_k=2, model=fake_model, cache=cache_dir, do_bench=CountingBench())(
         tuned_shift)[grid](x, y, out, n)

@@ -167,6 +167,53 @@ def _static_trips(op, scalars: dict) -> float:
     return max(0.0, math.ceil((ub - lb) / step))
 
 
+@dataclass
+class PredictedLaunch:
+    """One config's launch before anything runs: the legality verdict, the nmpir function, its
+    options, the grid, the scalars, one `ArgBuffer` per pointer argument (None otherwise, placements
+    as registered now) and the statically predicted trace (`backend.trace_predict`)."""
+
+    verdict: Any
+    func: Any = None
+    options: Any = None
+    grid: tuple[int, int, int] = (1, 1, 1)
+    scalars: dict = field(default_factory=dict)
+    buffers: list = field(default_factory=list)
+    trace: Any = None
+
+
+def predicted_launch(kernel, named_args: dict, config: Any, grid: Any, spec: TargetSpec) -> PredictedLaunch:
+    """Lower `config` (no LLVM) and predict its launch's trace: what the cost model charges and what the
+    autotuner's layout search reads the arguments' footprints from."""
+    from triton_nmp.backend.trace_predict import predict_trace
+    from triton_nmp.legality import lower_config
+    from triton_nmp.placement import placement_of
+    from triton_nmp.simulator.timing import ArgBuffer
+
+    verdict, module, options = lower_config(kernel, named_args, config, spec)
+    if not verdict.legal:
+        return PredictedLaunch(verdict)
+    kwargs = dict(getattr(config, "kwargs", config) or {})
+    meta = {**named_args, **kwargs}
+    g = _grid_of(grid, meta)
+    func = module.kernel
+    scalars, spans, buffers = {}, {}, []
+    for a in func.args:
+        v = meta.get(a.name)
+        if a.type.is_ptr:
+            if hasattr(v, "data_ptr"):
+                spans[a.name] = _span(v)
+                ptr = int(v.data_ptr())
+                buffers.append(ArgBuffer(a.name, ptr, spans[a.name], placement_of(ptr, spans[a.name])))
+            else:
+                buffers.append(None)
+        else:
+            if isinstance(v, (int, float, bool)):
+                scalars[a.name] = v
+            buffers.append(None)
+    return PredictedLaunch(verdict, func, options, g, scalars, buffers, predict_trace(func, scalars, spans, g))
+
+
 class CostModel:
     """Predicts the simulated time of a config; one instance per target (holds its calibration)."""
 
@@ -175,39 +222,17 @@ class CostModel:
         self.calibration = calibration or Calibration.load(self.spec)
 
     def predict_raw(self, kernel, named_args: dict, config: Any, grid: Any) -> Prediction:
-        from triton_nmp.backend.trace_predict import predict_trace
-        from triton_nmp.legality import lower_config
-        from triton_nmp.placement import placement_of
-        from triton_nmp.simulator.timing import ArgBuffer, simulate_timing
+        from triton_nmp.simulator.timing import simulate_timing
 
-        verdict, module, options = lower_config(kernel, named_args, config, self.spec)
-        if not verdict.legal:
-            return Prediction(math.inf, math.inf, False, False, verdict.reason)
-        kwargs = dict(getattr(config, "kwargs", config) or {})
-        meta = {**named_args, **kwargs}
-        g = _grid_of(grid, meta)
-        n_programs = g[0] * g[1] * g[2]
-        func = module.kernel
-        scalars, spans, buffers = {}, {}, []
-        for a in func.args:
-            v = meta.get(a.name)
-            if a.type.is_ptr:
-                if hasattr(v, "data_ptr"):
-                    spans[a.name] = _span(v)
-                    ptr = int(v.data_ptr())
-                    buffers.append(ArgBuffer(a.name, ptr, spans[a.name], placement_of(ptr, spans[a.name])))
-                else:
-                    buffers.append(None)
-            else:
-                if isinstance(v, (int, float, bool)):
-                    scalars[a.name] = v
-                buffers.append(None)
-        pred = predict_trace(func, scalars, spans, g)
+        launch = predicted_launch(kernel, named_args, config, grid, self.spec)
+        if not launch.verdict.legal:
+            return Prediction(math.inf, math.inf, False, False, launch.verdict.reason)
+        pred, g = launch.trace, launch.grid
         if not pred.exact:
-            raw = _fallback_seconds(func, scalars, self.spec, n_programs)
+            raw = _fallback_seconds(launch.func, launch.scalars, self.spec, g[0] * g[1] * g[2])
             return Prediction(raw, raw, False, True, pred.reason)
-        timing = simulate_timing(pred.trace, g, buffers, self.spec, mapping=options.pu_mapping,
-                                 kernel=func.name)
+        timing = simulate_timing(pred.trace, g, launch.buffers, self.spec, mapping=launch.options.pu_mapping,
+                                 kernel=launch.func.name)
         return Prediction(timing.seconds, timing.seconds, True, True, "", float(timing.dma_cycles),
                           float(timing.compute_cycles), int(timing.bytes_local), int(timing.bytes_remote))
 

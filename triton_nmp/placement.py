@@ -9,7 +9,8 @@ Policies (`place(tensor, policy, ...)`):
 - ``"auto"`` (what every tensor gets unless told otherwise, `set_default_policy`): the layout is
   chosen at the tensor's first kernel launch from that launch's footprint (`triton_nmp.auto_layout`:
   one of the layouts below, matched to the programs that move the bytes), and kept. Such a
-  placement is marked `chosen`; tuning keys read it as "auto".
+  placement is marked `chosen`; tuning keys read it as the layout chosen (a tensor still open reads
+  as "auto", and the autotuner searches its layout: `triton_nmp.tuning.layouts`).
 - ``"interleaved"`` (the layout of unplaced buffers in the timing model): consecutive
   `granularity`-byte chunks go to banks
   0, 1, ..., P-1, 0, 1, ... (P = number of PUs). `DEFAULT_GRANULARITY` = 1024 B: a multiple of the
@@ -66,6 +67,7 @@ from triton_nmp.placement_registry import (
     lookup,
     placement_generation,
     placement_of,
+    trial,
 )
 from triton_nmp.target import active_target
 
@@ -86,6 +88,7 @@ __all__ = [
     "placement_signature",
     "placement_generation",
     "clear_placements",
+    "trial",
 ]
 
 POLICIES: tuple[str, ...] = ("interleaved", "blocked", "replicated", "bank", "auto")

@@ -13,7 +13,10 @@ The optimisation (after Alpa's ILP over shardings with resharding costs):
 * every kernel k runs one strategy s from S_k (`x[k, s]`, one-hot): a layout for each of its tensors,
   costed by the timing model on the kernel's predicted trace with the auto mapping (owner computes,
   never slower than round robin): the layouts the auto layout choice gives under each reference
-  mapping, the default interleaving, and the layouts the tensors had when captured;
+  mapping, the default interleaving, and the layouts the tensors had when captured. An autotuned
+  kernel (`triton_nmp.autotune`) whose tuning cache holds an entry for a strategy's layouts is costed
+  by that entry instead: the simulated time of the config tuned for those layouts, which is the
+  config its autotuner launches once the plan is applied (its key includes the layouts);
 * a kernel whose strategy wants t in layout b != home a migrates it: re-laid out before the kernel and
   back after it, each charged as a transfer (`simulator.transfer.relayout`); linearised with
   w[k, s, t, a] >= x[k, s] + y[t, a] - 1;
@@ -146,6 +149,7 @@ class _Launch:
     fp: Any
     args: list[tuple[int, int, int, str, Any]]  # (arg index, ptr, nbytes, name, tensor)
     key: Any = None  # what the footprint depends on: grid, scalars, spans (not where the buffers are)
+    tuned: Any = None  # (NMPAutotuner, named arguments) when the launch is an autotuned kernel's
 
 
 class Capture:
@@ -166,8 +170,11 @@ class Capture:
             t = launcher._tensor_of(args, i)
             if ptr and nbytes and t is not None:
                 ptrs.append((i, ptr, nbytes, name, t))
+        from triton_nmp.tuning.layouts import current_launch
+
+        tuned = current_launch()
         self.launches.append(_Launch(launcher, launcher.kernel_name, grid, vals, fp, ptrs,
-                                     (launcher._kernel_id, key)))
+                                     (launcher._kernel_id, key), tuned))
 
     def graph(self, spec: TargetSpec | None = None) -> PlacementGraph:
         return build_graph(self, spec or active_target())
@@ -323,6 +330,8 @@ def build_graph(cap: Capture, spec: TargetSpec) -> PlacementGraph:
                     memo[key] = (tm.seconds, f"auto -> {tm.extra.get('auto_choice', '')}")
                 else:
                     memo[key] = (math.nan, "round_robin")
+                if ln.tuned is not None:
+                    memo[key] = _tuned_cost(ln, {name: lay[arg_t[i]] for i, _, _, name, _ in ln.args}) or memo[key]
             sec, mapping = memo[key]
             strategies.append(Strategy(lay, sec, mapping, origin))
         kernels.append(KernelNode(k, ln.kernel, ln.grid, acc, strategies, bool(ln.fp.exact)))
@@ -337,6 +346,17 @@ def build_graph(cap: Capture, spec: TargetSpec) -> PlacementGraph:
             kn.strategies = [Strategy(s.layouts, cap_time, s.mapping, s.origin) for s in kn.strategies[:1]]
     g.build_seconds = time.perf_counter() - t0
     return g
+
+
+def _tuned_cost(ln: _Launch, layouts: dict[str, Layout]) -> tuple[float, str] | None:
+    """The tuning cache's cost of an autotuned launch with its tensors in `layouts`: the simulated time of
+    the config tuned for exactly those layouts (`tuning.layouts.tuned_seconds`), which the autotuner
+    then launches under the plan; None when that layout was never tuned (the timing model decides)."""
+    from triton_nmp.tuning.layouts import tuned_seconds
+
+    tuner, named = ln.tuned
+    hit = tuned_seconds(tuner, named, {n: (lay[0], None, lay[1]) for n, lay in layouts.items()})
+    return (hit[0], f"tuned: {hit[1]}") if hit is not None else None
 
 
 def _captured_seconds(ln: _Launch) -> float:

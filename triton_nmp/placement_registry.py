@@ -20,9 +20,11 @@ placement containing an argument's bytes wins.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import itertools
 import threading
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +40,7 @@ __all__ = [
     "placement_generation",
     "bump_generation",
     "forget_all",
+    "trial",
 ]
 
 DEFAULT_GRANULARITY = 1024
@@ -153,10 +156,9 @@ class Placement:
         return self.policy
 
     def signature(self) -> tuple[Any, ...]:
-        """What the user asked for (tuning keys): a layout the auto policy chose reads as "auto", so a
-        tensor's key does not change when its first launch lays it out."""
-        if self.chosen:
-            return ("auto", None, None)
+        """The layout as tuning keys see it: (policy, bank, granularity). A layout the auto policy (or
+        the autotuner's layout search) chose reads as that layout, so a config tuned for one layout is
+        never served for another; only a tensor whose layout is still open reads as "auto"."""
         return (self.policy, self.bank, self.granularity)
 
     def layout_signature(self) -> tuple[Any, ...]:
@@ -195,21 +197,26 @@ def _drop(token: int) -> None:
 
 def _apply_freed() -> None:
     """Forget the entries of freed tensors; the caller holds `_lock`."""
-    global _generation
     while _freed:
-        token = _freed.pop()
-        e = _entries.pop(token, None)
-        if e is None:
-            continue
-        _generation += 1
-        toks = _by_storage.get(e.storage)
-        if toks is not None:
+        _forget(_freed.pop())
+
+
+def _forget(token: int) -> None:
+    """Drop one entry; the caller holds `_lock`."""
+    global _generation
+    e = _entries.pop(token, None)
+    if e is None:
+        return
+    _generation += 1
+    toks = _by_storage.get(e.storage)
+    if toks is not None:
+        if token in toks:
             toks.remove(token)
-            if not toks:
-                del _by_storage[e.storage]
-                k = bisect.bisect_left(_storage_starts, e.storage)
-                if k < len(_storage_starts) and _storage_starts[k] == e.storage:
-                    del _storage_starts[k]
+        if not toks:
+            del _by_storage[e.storage]
+            k = bisect.bisect_left(_storage_starts, e.storage)
+            if k < len(_storage_starts) and _storage_starts[k] == e.storage:
+                del _storage_starts[k]
 
 
 def forget_all() -> None:
@@ -241,14 +248,19 @@ def bump_generation() -> None:
 
 def record(tensor: Any, placement: Placement) -> None:
     """Record `placement` for the tensor's bytes [data_ptr, data_ptr + extent), until its storage is freed."""
+    token = _register(tensor, placement)
+    weakref.finalize(tensor.untyped_storage(), _drop, token)
+
+
+def _register(tensor: Any, placement: Placement) -> int:
+    """Add an entry for the tensor's bytes; returns its token."""
     global _generation
     start, nbytes = tensor.data_ptr(), extent_bytes(tensor)
     storage = tensor.untyped_storage().data_ptr()
     token = next(_tokens)
-    entry = _Entry(start, start + nbytes, placement, storage)
     with _lock:
         _apply_freed()
-        _entries[token] = entry
+        _entries[token] = _Entry(start, start + nbytes, placement, storage)
         toks = _by_storage.get(storage)
         if toks is None:
             _by_storage[storage] = [token]
@@ -256,7 +268,22 @@ def record(tensor: Any, placement: Placement) -> None:
         else:
             toks.append(token)
         _generation += 1
-    weakref.finalize(tensor.untyped_storage(), _drop, token)
+    return token
+
+
+@contextlib.contextmanager
+def trial(layouts: dict[Any, Placement]) -> Iterator[None]:
+    """Run the block as if each tensor (key) lived in its placement (value), moving nothing: no transfer
+    is charged and no decision logged, and afterwards the tensors are where they were. For measuring
+    candidate layouts (the autotuner's layout search) before one is chosen and applied, charged, by
+    `placement.assign`."""
+    tokens = [_register(t, pl) for t, pl in layouts.items()]
+    try:
+        yield
+    finally:
+        with _lock:
+            for token in tokens:
+                _forget(token)
 
 
 def lookup(data_ptr: int, nbytes: int) -> Placement | None:

@@ -14,7 +14,9 @@ keys and the persistent cache.
 - a config the nmp compiler refuses while benchmarking times as inf, like Triton's OutOfResources;
 - a tqdm progress bar on stderr when more than `PROGRESS_MIN_CONFIGS` configs are measured;
 - with a sweep engine configured (`triton_nmp.sweep.set_engine`), the candidates are measured as one batch
-  on its workers (`triton_nmp.sweep.integrate`), and Triton's selection reads those times.
+  on its workers (`triton_nmp.sweep.integrate`), and Triton's selection reads those times;
+- tensor arguments whose layout is still open (auto placement, not used yet) make the layout a search
+  axis: config x mapping x layout (`layouts`), the winner's layouts applied, charged, before the launch.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from .cache import Candidate, Entry, EntryKey
 from .configs import config_identity, config_record, space_hash
 from .context import kernel_meta, resolve_grid, unwrap_jit, user_stacklevel
 from .entries import arg_summary, entry_key_for, median_seconds, placement_keys, resolve_cache
+from .layouts import apply_record, launching, open_tensors, search
 from .perfmodel import PerfModel
 from .prune import PrunedConfig, prune_with_reasons
 from .stock import CachedPrune, prune_configs_by, prune_illegal
@@ -77,9 +80,11 @@ class NMPAutotuner(Autotuner):
 
     def __init__(self, fn: Any, arg_names: list[str], configs: list[triton.Config], key: list[str],
                  reset_to_zero: list[str] | None = None, restore_value: list[str] | None = None, *,
-                 cache: Any = True, progress: bool | None = None, **kwargs: Any) -> None:
+                 cache: Any = True, progress: bool | None = None, layouts: bool = True, **kwargs: Any) -> None:
         super().__init__(fn, arg_names, configs, key, reset_to_zero, restore_value, **kwargs)
         self.tuning_cache = resolve_cache(cache)
+        self.search_layouts = layouts
+        self._open_choice: dict[Any, dict | None] = {}  # (placement key, memory key) -> layouts applied
         self.progress = progress
         self.last_lookup: Lookup | None = None
         self._caches: dict[Any, dict] = {}
@@ -127,34 +132,81 @@ class NMPAutotuner(Autotuner):
         t0 = time.perf_counter()
         named = {k: v for k, v in {**dict(zip(self.arg_names, args)), **kwargs}.items() if k in self.arg_names}
         placements = placement_keys(named)
-        self.cache = self._caches.setdefault(_freeze(placements), {})
+        pkey = _freeze(placements)
+        self.cache = self._caches.setdefault(pkey, {})
         mkey = self._memory_key(args, kwargs)
+        opened = open_tensors(named) if self.search_layouts else {}
         ekey: EntryKey | None = None
         source = "memory"
+        layouts = self._open_choice.get((pkey, mkey))
         if mkey not in self.cache:
             source = "tuned"
             if self.tuning_cache is not None:
                 ekey = self.entry_key(named, placements)
-                config = self._from_disk(ekey, mkey)
-                if config is not None:
-                    source = "disk"
+                entry = self._from_disk(ekey, mkey)
+                if entry is not None:
+                    source, layouts = "disk", entry.best.layouts
         self.last_lookup = Lookup(source, time.perf_counter() - t0, ekey.digest() if ekey else None)
-        if source != "tuned":
-            return super().run(*args, **kwargs)
-        self.configs_timings = None
-        self._predictions, self._pruned, self._bench_errors, self._to_bench = {}, [], {}, 0
-        self._pooled = {}
-        try:
-            ret = super().run(*args, **kwargs)
-        finally:
-            if self._bar is not None:
-                self._bar.close()
-                self._bar = None
-        if ekey is not None and mkey in self.cache:
-            self._store(ekey, named, args, kwargs, self.cache[mkey])
-        return ret
+        with launching(self, named):
+            if source != "tuned":
+                if opened and layouts:
+                    apply_record(unwrap_jit(self.fn).__name__, opened, layouts, f"as tuned ({source})")
+                    self._settle(named, args, kwargs, self.cache[mkey])
+                return super().run(*args, **kwargs)
+            self.configs_timings = None
+            self._predictions, self._pruned, self._bench_errors, self._to_bench = {}, [], {}, 0
+            self._pooled = {}
+            if opened:
+                return self._tune_layouts(args, kwargs, named, placements, opened, pkey, mkey)
+            try:
+                ret = super().run(*args, **kwargs)
+            finally:
+                self._close_bar()
+            if mkey in self.cache:
+                if ekey is not None:
+                    self._store(ekey, named, args, kwargs, self.cache[mkey])
+                self._settle(named, args, kwargs, self.cache[mkey], ekey)
+            return ret
 
-    def _from_disk(self, ekey: EntryKey, mkey: tuple) -> triton.Config | None:
+    def _tune_layouts(self, args: tuple, kwargs: dict, named: dict, placements: dict, opened: dict, pkey: Any,
+                      mkey: tuple) -> Any:
+        """The layout search (`layouts.search`), then the launch with the winner, its layouts applied."""
+        self.nargs = dict(zip(self.arg_names, args))
+        try:
+            config, record, entries = search(self, args, kwargs, named, placements, opened)
+        finally:
+            self.nargs = None
+            self._close_bar()
+        self.cache[mkey] = config
+        self._open_choice[(pkey, mkey)] = record
+        for entry in entries:
+            self._write(entry)
+        if knobs.autotuning.listener is not None:
+            knobs.autotuning.listener(fn=unwrap_jit(self.fn), key=mkey, best_config=config,
+                                      configs_timings=self.configs_timings, duration=self.bench_time, cache_hit=False)
+        self._settle(named, args, kwargs, config)
+        return super().run(*args, **kwargs)
+
+    def _settle(self, named: dict, args: tuple, kwargs: dict, config: triton.Config,
+                ekey: EntryKey | None = None) -> None:
+        """After a launch laid arguments out (auto placement, the layout search): the in-memory cache of
+        their new placement key holds the config too, and with `ekey` the persistent cache gets the
+        entry under the new key as well, so the next launch finds it."""
+        placements = placement_keys(named)
+        cache = self._caches.setdefault(_freeze(placements), {})
+        if cache is self.cache and ekey is None:
+            return
+        cache[self._memory_key(args, kwargs)] = config
+        self.cache = cache
+        if ekey is not None and self.tuning_cache is not None and placements != ekey.placements:
+            self._store(self.entry_key(named, placements), named, args, kwargs, config)
+
+    def _close_bar(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+    def _from_disk(self, ekey: EntryKey, mkey: tuple) -> Entry | None:
         entry = self.tuning_cache.lookup(ekey) if self.tuning_cache is not None else None
         if entry is None:
             return None
@@ -164,29 +216,35 @@ class NMPAutotuner(Autotuner):
             return None
         self.cache[mkey] = config
         self.configs_timings = {live[i]: [c.simulated_seconds * 1e3] * 3 for c in entry.candidates
-                                if c.simulated and c.simulated_seconds is not None
+                                if c.simulated and c.simulated_seconds is not None and c.layouts == entry.best.layouts
                                 and (i := config_identity(c.config)) in live}
         if knobs.autotuning.listener is not None:
             knobs.autotuning.listener(fn=unwrap_jit(self.fn), key=mkey, best_config=config,
                                       configs_timings=self.configs_timings, duration=None, cache_hit=True)
-        return config
+        return entry
+
+    def _candidate(self, config: triton.Config, nargs: dict, kwargs: dict, timing: Any, predicted: float | None,
+                   layouts: dict | None = None) -> Candidate:
+        """The cache record of one measured (`timing`) or only predicted candidate."""
+        try:
+            grid = list(resolve_grid(kwargs.get("grid"), kernel_meta(self.fn, nargs, kwargs, config)))
+        except Exception:  # a grid function that fails for a config it never launches
+            grid = None
+        return Candidate(config_record(config), timing is not None,
+                         median_seconds(timing) if timing is not None else None, predicted, grid,
+                         self._bench_errors.get(config), layouts)
 
     def _store(self, ekey: EntryKey, named: dict, args: tuple, kwargs: dict, winner: triton.Config) -> None:
         timings = self.configs_timings or {}
         nargs = dict(zip(self.arg_names, args))
         order = [c for c in self.configs if c in self._predictions or c in timings or c == winner]
-        candidates = []
-        for c in order:
-            try:
-                grid = list(resolve_grid(kwargs.get("grid"), kernel_meta(self.fn, nargs, kwargs, c)))
-            except Exception:  # a grid function that fails for a config it never launches
-                grid = None
-            candidates.append(Candidate(config_record(c), c in timings,
-                                        median_seconds(timings[c]) if c in timings else None,
-                                        self._predictions.get(c), grid, self._bench_errors.get(c)))
+        candidates = [self._candidate(c, nargs, kwargs, timings.get(c), self._predictions.get(c)) for c in order]
         entry = Entry(ekey, candidates, order.index(winner),
                       [{"config": config_record(p.config), "reason": p.reason} for p in self._pruned],
                       arg_summary(named), time.time(), getattr(self, "bench_time", None) if timings else None)
+        self._write(entry)
+
+    def _write(self, entry: Entry) -> None:
         try:
             self.tuning_cache.store(entry)
         except OSError as exc:
@@ -195,7 +253,8 @@ class NMPAutotuner(Autotuner):
 
     # ----------------------------------------------------------------------- pruning, benchmarking
 
-    def prune_configs(self, kwargs: dict) -> list[triton.Config]:
+    def _legal_configs(self, kwargs: dict) -> list[triton.Config]:
+        """The configs left by legality pruning (ours, with reasons in `_pruned`, or the user's hook)."""
         configs = self.configs
         if self.early_config_prune is prune_illegal or isinstance(self.early_config_prune, CachedPrune):
             configs, self._pruned = prune_with_reasons(self.fn, self.configs, self.nargs, kwargs)
@@ -204,6 +263,10 @@ class NMPAutotuner(Autotuner):
             if not configs:
                 raise AutotunerError("No valid autotuner configs after pruning. "
                                      "`early_config_prune` should return at least one config.")
+        return configs
+
+    def prune_configs(self, kwargs: dict) -> list[triton.Config]:
+        configs = self._legal_configs(kwargs)
         if self.perf_model and len(configs) > 1:
             top_k = self.configs_top_k
             if isinstance(top_k, float) and top_k <= 1.0:
@@ -296,20 +359,22 @@ class NMPAutotuner(Autotuner):
 
 
 def autotune(configs: list[triton.Config], key: list[str], *, top_k: int | float = 0.1, cache: Any = True,
-             progress: bool | None = None, model: Any = None, **triton_autotune_kwargs: Any):
+             progress: bool | None = None, model: Any = None, layouts: bool = True, **triton_autotune_kwargs: Any):
     """Like `triton.autotune`, with `prune_configs_by=prune_configs_by(top_k, model)` (override it
     by passing your own) and the persistent tuning cache.
 
     `cache`: True (default directory, see `cache.default_cache_dir`), False, a directory or a
     `TuningCache`. `progress`: None shows a bar when more than a handful of configs are measured,
-    True always, False never. Other keyword arguments go to Triton's Autotuner unchanged.
+    True always, False never. `layouts`: search the layouts of tensor arguments still open (auto placement,
+    not used yet) with the configs (`tuning.layouts`); False leaves them to the auto policy at the launch.
+    Other keyword arguments go to Triton's Autotuner unchanged.
     """
     pruning = triton_autotune_kwargs.pop("prune_configs_by", None)
     if pruning is None:
         pruning = prune_configs_by(top_k, model)
 
     def decorator(fn: Any) -> NMPAutotuner:
-        return NMPAutotuner(fn, fn.arg_names, configs, key, cache=cache, progress=progress,
+        return NMPAutotuner(fn, fn.arg_names, configs, key, cache=cache, progress=progress, layouts=layouts,
                             prune_configs_by=pruning, **triton_autotune_kwargs)
 
     return decorator

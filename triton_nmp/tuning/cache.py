@@ -149,6 +149,15 @@ class Candidate:
     predicted_seconds: float | None = None
     grid: list[int] | None = None
     error: str | None = None
+    # the layouts of the arguments whose layout the autotuner searched ({name: [policy, bank, granularity]});
+    # None: measured in the arguments' placements of the entry key
+    layouts: dict[str, Any] | None = None
+
+    def identity(self) -> tuple[str, str]:
+        """What makes two candidates of an entry the same point: the config and the searched layouts."""
+        from .configs import config_identity
+
+        return config_identity(self.config), _canonical(self.layouts)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -211,12 +220,10 @@ class Entry:
     def merged_with(self, older: Entry) -> Entry:
         """This entry plus the candidates only `older` has (or only it simulated); the winner is the
         fastest simulated candidate of the union (keeping this one's if nothing was simulated)."""
-        from .configs import config_identity
-
-        ours = {config_identity(c.config): c for c in self.candidates}
+        ours = {c.identity(): c for c in self.candidates}
         merged = dict(ours)
         for c in older.candidates:
-            ident = config_identity(c.config)
+            ident = c.identity()
             mine = merged.get(ident)
             if mine is None or (c.simulated and not mine.simulated):
                 merged[ident] = c
@@ -225,7 +232,7 @@ class Entry:
         if timed:
             winner = min(timed, key=lambda i: candidates[i].simulated_seconds)
         else:
-            winner = list(merged).index(config_identity(self.best.config))
+            winner = list(merged).index(self.best.identity())
         return Entry(self.key, candidates, winner, self.pruned or older.pruned, self.args or older.args,
                      self.created, self.tuning_seconds)
 
