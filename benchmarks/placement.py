@@ -6,9 +6,11 @@
    before issue 12).
 2. The model-level pass on decode-shaped GEMV graphs (`triton_nmp.placement_examples.GemvChain`):
    step time of the plan (measured after `apply`) against the baseline placement and against the
-   per-kernel auto placement; the greedy pass against the ILP optimum (CBC) on graphs of up to 50
-   kernels; the pass's time (capture + graph + greedy) on a 32-layer decoder-shaped graph.
-3. Two targets: the layouts the auto policy picks for the same kernels on nmp-64 and hbm-pim-like.
+   per-kernel auto placement; the greedy pass against the ILP optimum (CBC, with whether CBC proved
+   optimality) on graphs of up to 50 kernels, on nmp-64 and on hbm-pim-like; the pass's time
+   (capture + graph + greedy) on a 32-layer decoder-shaped graph.
+3. Two targets where the best layout differs: y = x @ W with W stored [in, out] (GPT-2's Conv1D),
+   64 programs of 64 columns; the simulated time of each layout of W on nmp-64 and hbm-pim-like.
 
     python benchmarks/placement.py [--quick]
 """
@@ -31,7 +33,7 @@ from _report import machine_line, table  # noqa: E402
 import triton_nmp  # noqa: E402
 from triton_nmp import examples as ex  # noqa: E402
 from triton_nmp import placement_pass as pp  # noqa: E402
-from triton_nmp.placement import clear_placements, lookup, set_default_policy  # noqa: E402
+from triton_nmp.placement import clear_placements, set_default_policy  # noqa: E402
 from triton_nmp.placement_examples import GemvChain  # noqa: E402
 
 BASELINE = "interleaved + round_robin"
@@ -96,6 +98,18 @@ def _chain_step(model: GemvChain, policy: str) -> float:
     return prof.sim_seconds
 
 
+def _graph(model: GemvChain) -> pp.PlacementGraph:
+    set_default_policy("interleaved")
+    model.step()
+    with pp.capture() as cap:
+        model.step()
+    return cap.graph()
+
+
+def _gap(greedy: pp.Plan, ilp: pp.Plan) -> str:
+    return f"{100 * (greedy.seconds / ilp.seconds - 1):.2f}%"
+
+
 def section_pass(quick: bool) -> None:
     print("\n2. model-level pass on decode-shaped GEMV graphs (fp16, d=768, ffn=3072, 3 GEMVs per layer)")
     rows = []
@@ -107,9 +121,8 @@ def section_pass(quick: bool) -> None:
             m.step()
         g = cap.graph()
         greedy = pp.solve(g, "greedy")
-        ilp = pp.solve(g, "ilp") if len(g.kernels) <= 50 else None
-        best = ilp or greedy
-        pp.apply(best)
+        ilp = pp.solve(g, "ilp", time_limit=ILP_SECONDS)
+        pp.apply(ilp)
         m.step()
         with triton_nmp.profile() as prof:
             out = m.step()
@@ -118,17 +131,17 @@ def section_pass(quick: bool) -> None:
         clear_placements()
         m2 = GemvChain(layers=layers, d=768, block_n=8, ffn=3072)
         auto = _chain_step(m2, "auto")
-        gap = f"{100 * (greedy.seconds / ilp.seconds - 1):.2f}%" if ilp else "n/a"
         rows.append([str(layers), str(len(g.kernels)), f"{base * 1e6:.1f}", f"{auto * 1e6:.1f}",
-                     f"{plan_s * 1e6:.1f}", f"{base / plan_s:.2f}x",
-                     f"{ilp.seconds * 1e6:.1f}" if ilp else "n/a", f"{greedy.seconds * 1e6:.1f}", gap,
-                     f"{ilp.solve_seconds:.2f}" if ilp else "n/a", f"{greedy.solve_seconds:.2f}",
-                     f"{g.build_seconds:.2f}"])
+                     f"{plan_s * 1e6:.1f}", f"{base / plan_s:.2f}x", f"{ilp.seconds * 1e6:.1f}",
+                     "yes" if ilp.optimal else "no", f"{greedy.seconds * 1e6:.1f}", _gap(greedy, ilp),
+                     f"{ilp.solve_seconds:.2f}", f"{greedy.solve_seconds:.2f}", f"{g.build_seconds:.2f}"])
         pp.remove()
-    print(table(["layers", "kernels", "baseline us", "auto us", "plan us", "plan vs baseline", "ILP us",
-                 "greedy us", "greedy gap", "ILP s", "greedy s", "graph s"], rows, set(range(1, 12))))
-    print(f"baseline: {BASELINE}; auto: per-kernel auto placement (first use decides); plan: the pass's plan, "
-          "applied, measured on the next step")
+    print(table(["layers", "kernels", "baseline us", "auto us", "plan us", "plan vs baseline", "ILP us", "proven",
+                 "greedy us", "greedy gap", "ILP s", "greedy s", "graph s"], rows, set(range(1, 13)) - {7}))
+    print(f"baseline: {BASELINE}; auto: per-kernel auto placement (first use decides); plan: the ILP's plan, "
+          "applied, measured on the next step; proven: CBC proved the plan optimal (gap 0) within "
+          f"{ILP_SECONDS:.0f} s")
+    section_gap(quick)
     layers = 8 if quick else 32
     clear_placements()
     set_default_policy("auto")
@@ -146,38 +159,72 @@ def section_pass(quick: bool) -> None:
           f"pass total {t2 - t1:.2f} s (goal < 10 s)")
 
 
-def section_targets() -> None:
-    print("\n3. the same kernels on two targets: the layouts the auto policy picks (largest legal BLOCK per target)")
+ILP_SECONDS = 60.0
+
+
+def section_gap(quick: bool) -> None:
+    """Greedy vs the proven optimum over graph sizes up to 50 kernels, on both targets."""
+    print("\n2b. greedy vs the ILP optimum by graph size (costs only: no plan applied)")
     rows = []
+    families = [("nmp-64", "d=768 ffn=3072, 3 per layer", (1, 2, 4, 8, 12, 16),
+                 lambda n: GemvChain(layers=n, d=768, block_n=8, ffn=3072)),
+                ("hbm-pim-like", "d=512 BLOCK_N=1, 1 per layer", (3, 12, 25, 50),
+                 lambda n: GemvChain(layers=n, d=512, block_n=1))]
+    try:
+        for target, shape, sizes, make in families:
+            triton_nmp.activate(target)
+            for n in sizes[:2] if quick else sizes:
+                clear_placements()
+                g = _graph(make(n))
+                greedy, ilp = pp.solve(g, "greedy"), pp.solve(g, "ilp", time_limit=ILP_SECONDS)
+                rows.append([target, shape, str(len(g.kernels)), str(len(g.tensors)), f"{ilp.seconds * 1e6:.2f}",
+                             "yes" if ilp.optimal else "no", f"{ilp.solve_seconds:.2f}", f"{greedy.seconds * 1e6:.2f}",
+                             _gap(greedy, ilp), f"{greedy.solve_seconds:.2f}"])
+    finally:
+        triton_nmp.activate("nmp-64")
+    print(table(["target", "GEMV chain", "kernels", "tensors", "ILP us", "proven", "ILP s", "greedy us", "greedy gap",
+                 "greedy s"], rows, {2, 3, 4, 6, 7, 8, 9}))
+    print("greedy gap = greedy plan's predicted step time / the ILP's - 1 (goal: within 2% up to 50 kernels)")
+
+
+LAYOUTS_3 = (("interleaved 64 B", "interleaved", 64), ("interleaved 128 B", "interleaved", 128),
+             ("interleaved 1 KiB (default)", "interleaved", 1024), ("blocked", "blocked", None))
+
+
+def section_targets() -> None:
+    from triton_nmp.placement_examples import gemv_in_out_kernel
+
+    n, k, bn = 4096, 32, 64
+    print(f"\n3. two targets, one kernel: y = x @ W, W fp16 [{k}, {n}] stored [in, out], {n // bn} programs of "
+          f"{bn} columns (x replicated, pu_mapping auto)")
+    rows = []
+    best: dict[str, str] = {}
     for target in ("nmp-64", "hbm-pim-like"):
         triton_nmp.activate(target)
         spec = triton_nmp.active_target()
-        for block in (4096, 2048, 1024, 512, 256):
+        w = torch.randn(k, n, dtype=torch.float16)
+        x, y = torch.randn(k, dtype=torch.float16), torch.empty(n, dtype=torch.float16)
+        times = {}
+        for label, policy, gran in LAYOUTS_3:
             clear_placements()
-            set_default_policy("auto")
-            n = 1 << 20
-            x, y, out = torch.randn(n), torch.randn(n), torch.empty(n)
-            try:
-                ex.add_kernel[(triton.cdiv(n, block),)](x, y, out, n, BLOCK=block)
-            except triton_nmp.NMPError:
-                continue
+            triton_nmp.place(x, "replicated")
+            triton_nmp.place(w, policy, **({"granularity": gran} if gran else {}))
+            gemv_in_out_kernel[(n // bn,)](w, x, y, n, k, BLOCK_N=bn)
             with triton_nmp.profile() as prof:
-                ex.add_kernel[(triton.cdiv(n, block),)](x, y, out, n, BLOCK=block)
+                gemv_in_out_kernel[(n // bn,)](w, x, y, n, k, BLOCK_N=bn)
+            assert torch.allclose(y.float(), x.float() @ w.float(), atol=5e-2, rtol=1e-2)
             rec = prof.launches[-1]
-            rows.append([spec.name, f"vector_add BLOCK={block}", lookup(x.data_ptr(), n * 4).describe(),
-                         rec.mapping, f"{100 * rec.bytes_remote / (rec.bytes_local + rec.bytes_remote):.1f}%",
-                         f"{rec.sim_seconds * 1e6:.1f}"])
-            break
-        clear_placements()
-        m = GemvChain(layers=1, d=512, block_n=8 if spec.spm_bytes >= 65536 else 1)
-        m.step()
-        with pp.capture() as cap:
-            m.step()
-        plan = pp.solve(cap.graph(), "greedy")
-        lay = ", ".join(f"{t.name.split('.')[-1]}={pp.describe_layout(plan.homes[t.id])}" for t in plan.graph.tensors)
-        rows.append([spec.name, f"gemv 512x512 BLOCK_N={m.block_n}", lay, "", "", f"{plan.seconds * 1e6:.1f}"])
+            times[label] = rec.sim_seconds
+            rows.append([spec.name, str(spec.num_pus), label, rec.mapping,
+                         f"{100 * rec.bytes_remote / (rec.bytes_local + rec.bytes_remote):.0f}%",
+                         f"{rec.sim_seconds * 1e6:.2f}"])
+        best[target] = min(times, key=times.get)
+        for r in rows[-len(LAYOUTS_3):]:
+            r.append(f"{times[r[2]] / times[best[target]]:.2f}x" + (" best" if r[2] == best[target] else ""))
     triton_nmp.activate("nmp-64")
-    print(table(["target", "kernel", "layout chosen", "mapping", "remote", "sim us"], rows, {4, 5}))
+    print(table(["target", "banks", "layout of W", "mapping", "remote", "sim us", "vs best"], rows, {1, 4, 5}))
+    print(f"best layout: nmp-64 {best['nmp-64']}, hbm-pim-like {best['hbm-pim-like']}"
+          + (" (they differ)" if best["nmp-64"] != best["hbm-pim-like"] else " (the same)"))
 
 
 def main() -> int:

@@ -2,6 +2,9 @@
 
 `GemvChain`: `layers` matrix-vector products in a row (decode-style: one token through linear layers
 stored like nn.Linear, [out, in] row-major), fp16, each program BLOCK_N output rows.
+`gemv_in_out_kernel`: y = x @ W with W stored [in, out] (GPT-2's Conv1D layout): each program reads a
+column block of every row, so the layout that keeps a program's bytes in one bank depends on how
+many banks the target has (benchmarks/placement.py, section 3).
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["gemv_kernel", "GemvChain"]
+__all__ = ["gemv_kernel", "gemv_in_out_kernel", "GemvChain"]
 
 
 @triton.jit
@@ -21,6 +24,16 @@ def gemv_kernel(w_ptr, x_ptr, y_ptr, N, K, BLOCK_N: tl.constexpr, BLOCK_K: tl.co
     x = tl.load(x_ptr + ks, mask=ks < K, other=0.0)
     y = tl.sum(w.to(tl.float32) * x[None, :].to(tl.float32), axis=1)
     tl.store(y_ptr + rows, y.to(tl.float16), mask=rows < N)
+
+
+@triton.jit
+def gemv_in_out_kernel(w_ptr, x_ptr, y_ptr, N, K: tl.constexpr, BLOCK_N: tl.constexpr):
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    ks = tl.arange(0, K)
+    w = tl.load(w_ptr + ks[:, None] * N + cols[None, :])
+    x = tl.load(x_ptr + ks)
+    y = tl.sum(w.to(tl.float32) * x[:, None].to(tl.float32), axis=0)
+    tl.store(y_ptr + cols, y.to(tl.float16))
 
 
 class GemvChain:

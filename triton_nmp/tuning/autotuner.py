@@ -198,7 +198,9 @@ class NMPAutotuner(Autotuner):
             return
         cache[self._memory_key(args, kwargs)] = config
         self.cache = cache
-        if ekey is not None and self.tuning_cache is not None and placements != ekey.placements:
+        changed = [n for n in placements if placements[n] != (ekey.placements.get(n) if ekey else None)]
+        if ekey is not None and self.tuning_cache is not None and changed and all(
+                (ekey.placements.get(n) or [None])[0] == "auto" for n in changed):  # laid out by this launch
             self._store(self.entry_key(named, placements), named, args, kwargs, config)
 
     def _close_bar(self) -> None:

@@ -11,8 +11,8 @@ predicted footprint under its two reference mappings (`auto_layout.layouts_per_r
 at most three per config. The cost model ranks every (config, layout) pair with the arguments
 trial-placed (`placement.trial`: nothing moves, nothing is charged) and the tuner simulates as many
 pairs as it simulates configs without the layout axis (its `top_k` of the legal configs), each with
-the arguments trial-placed in the pair's layouts. The layout search measures in process (a sweep
-engine configured with `triton_nmp.sweep.set_engine` is not used for it).
+the arguments trial-placed in the pair's layouts (with a sweep engine configured, each layout's
+configs go to its workers as one batch, the layout passed as the case's placement).
 
 Applying the winner: its layouts are assigned to the open arguments before the launch, with the
 charge the auto policy's first use has (a host write of every argument the kernel reads, on the
@@ -201,10 +201,15 @@ def search(tuner: Any, args: tuple, kwargs: dict, named: dict[str, Any], placeme
     timings: dict[int, Any] = {}
     if not chosen:
         raise NMPTuningError(f"layout search of '{tuner.base_fn.__name__}': no (config, layout) candidate")
+    by_layout: dict[LayoutOption, list[int]] = {}
     for i in chosen if len(chosen) > 1 else ():  # one candidate left: nothing to measure (as Triton does)
-        c, opt = pairs[i]
-        with _trial(opt, opened):
-            timings[i] = tuner._bench(*args, config=c, **kwargs)
+        by_layout.setdefault(pairs[i][1], []).append(i)
+    for opt, group in by_layout.items():
+        with _trial(opt, opened):  # a configured sweep engine measures each layout's configs as one batch
+            tuner._pooled = tuner._measure_on_engine([pairs[i][0] for i in group], kwargs)
+            for i in group:
+                timings[i] = tuner._bench(*args, config=pairs[i][0], **kwargs)
+    tuner._pooled = {}
     win = min(timings, key=lambda i: (timings[i], i)) if timings else chosen[0]
     best, best_opt = pairs[win]
     tuner.bench_time = time.time() - t0
