@@ -9,8 +9,9 @@
    per-kernel auto placement; the greedy pass against the ILP optimum (CBC, with whether CBC proved
    optimality) on graphs of up to 50 kernels, on nmp-64 and on hbm-pim-like; the pass's time
    (capture + graph + greedy) on a 32-layer decoder-shaped graph.
-3. Two targets where the best layout differs: y = x @ W with W stored [in, out] (GPT-2's Conv1D),
-   64 programs of 64 columns; the simulated time of each layout of W on nmp-64 and hbm-pim-like.
+3. Two targets where the best layout differs: a hidden vector h written by one GEMV and read by F
+   GEMVs (`placement_examples.FanOut`): the ILP's home for h on nmp-64 and hbm-pim-like by F, the step
+   time with h replicated vs the best other home, and both applied and simulated at F = 4.
 
     python benchmarks/placement.py [--quick]
 """
@@ -187,44 +188,62 @@ def section_gap(quick: bool) -> None:
     print("greedy gap = greedy plan's predicted step time / the ILP's - 1 (goal: within 2% up to 50 kernels)")
 
 
-LAYOUTS_3 = (("interleaved 64 B", "interleaved", 64), ("interleaved 128 B", "interleaved", 128),
-             ("interleaved 1 KiB (default)", "interleaved", 1024), ("blocked", "blocked", None))
+def _restricted(g: pp.PlacementGraph, tensor: pp.TensorNode, layouts: list) -> pp.Plan:
+    """The ILP's optimum with `tensor`'s home limited to `layouts`."""
+    keep = tensor.candidates
+    tensor.candidates = layouts
+    try:
+        return pp.solve(g, "ilp", time_limit=ILP_SECONDS)
+    finally:
+        tensor.candidates = keep
 
 
-def section_targets() -> None:
-    from triton_nmp.placement_examples import gemv_in_out_kernel
+def section_targets(quick: bool) -> None:
+    from triton_nmp.placement_examples import FanOut
 
-    n, k, bn = 4096, 32, 64
-    print(f"\n3. two targets, one kernel: y = x @ W, W fp16 [{k}, {n}] stored [in, out], {n // bn} programs of "
-          f"{bn} columns (x replicated, pu_mapping auto)")
-    rows = []
-    best: dict[str, str] = {}
+    d = 256
+    print(f"\n3. two targets, one model: h = W0 x, then F GEMVs read h (FanOut, fp16, d={d}, one row per program); "
+          "the ILP's home for h")
+    rows, flips, costs = [], {}, {}
     for target in ("nmp-64", "hbm-pim-like"):
         triton_nmp.activate(target)
-        spec = triton_nmp.active_target()
-        w = torch.randn(k, n, dtype=torch.float16)
-        x, y = torch.randn(k, dtype=torch.float16), torch.empty(n, dtype=torch.float16)
-        times = {}
-        for label, policy, gran in LAYOUTS_3:
+        for readers in (1, 2, 4) if quick else (1, 2, 3, 4, 6, 8):
             clear_placements()
-            triton_nmp.place(x, "replicated")
-            triton_nmp.place(w, policy, **({"granularity": gran} if gran else {}))
-            gemv_in_out_kernel[(n // bn,)](w, x, y, n, k, BLOCK_N=bn)
-            with triton_nmp.profile() as prof:
-                gemv_in_out_kernel[(n // bn,)](w, x, y, n, k, BLOCK_N=bn)
-            assert torch.allclose(y.float(), x.float() @ w.float(), atol=5e-2, rtol=1e-2)
-            rec = prof.launches[-1]
-            times[label] = rec.sim_seconds
-            rows.append([spec.name, str(spec.num_pus), label, rec.mapping,
-                         f"{100 * rec.bytes_remote / (rec.bytes_local + rec.bytes_remote):.0f}%",
-                         f"{rec.sim_seconds * 1e6:.2f}"])
-        best[target] = min(times, key=times.get)
-        for r in rows[-len(LAYOUTS_3):]:
-            r.append(f"{times[r[2]] / times[best[target]]:.2f}x" + (" best" if r[2] == best[target] else ""))
+            m = FanOut(readers=readers, d=d)
+            g = _graph(m)
+            h = next(t for t in g.tensors if t.ptr == m.h.data_ptr())
+            best = pp.solve(g, "ilp", time_limit=ILP_SECONDS)
+            rep = _restricted(g, h, [("replicated", None)])
+            other = _restricted(g, h, [c for c in h.candidates if c[0] != "replicated"])
+            home = pp.describe_layout(best.homes[h.id])
+            if home == "replicated":
+                flips.setdefault(target, readers)
+            measured = ""
+            if readers == 4:  # both homes applied and run on the simulator
+                times = []
+                for plan in (rep, other):
+                    pp.apply(plan)
+                    m.step()
+                    with triton_nmp.profile() as prof:
+                        ys = m.step()
+                    assert all(torch.allclose(y.float(), r, atol=5e-2, rtol=5e-2) for y, r in zip(ys, m.reference()))
+                    times.append(prof.sim_seconds + prof.transfer_seconds)
+                    pp.remove()
+                measured = f"{times[0] * 1e6:.2f} / {times[1] * 1e6:.2f}"
+            costs.setdefault(target, {})[readers] = (rep.seconds, other.seconds)
+            rows.append([target, str(readers), home, f"{rep.seconds * 1e6:.2f}",
+                         f"{other.seconds * 1e6:.2f} ({pp.describe_layout(other.homes[h.id])})",
+                         f"{other.seconds / rep.seconds:.3f}", measured])
     triton_nmp.activate("nmp-64")
-    print(table(["target", "banks", "layout of W", "mapping", "remote", "sim us", "vs best"], rows, {1, 4, 5}))
-    print(f"best layout: nmp-64 {best['nmp-64']}, hbm-pim-like {best['hbm-pim-like']}"
-          + (" (they differ)" if best["nmp-64"] != best["hbm-pim-like"] else " (the same)"))
+    print(table(["target", "readers F", "best home of h", "h replicated us", "h not replicated us (best)",
+                 "not/replicated", "simulated rep / not"], rows, {1, 3, 5}))
+    print("us: the step's predicted time (ILP optimum with h's home fixed); simulated: both plans applied and run")
+    print("replication pays from F = " + ", ".join(f"{t}: {f}" for t, f in flips.items()))
+    for target, c in costs.items():  # from F = 1 and 2: what one more reader saves, what the copies cost
+        saving = (c[2][1] - c[1][1]) - (c[2][0] - c[1][0])
+        extra = c[1][0] - c[1][1] + saving
+        print(f"{target}: a local copy saves {saving * 1e6:.2f} us per reader kernel; writing h to every bank costs "
+              f"{extra * 1e6:.2f} us more than writing it once: break-even at {extra / saving:.1f} readers")
 
 
 def main() -> int:
@@ -241,7 +260,7 @@ def main() -> int:
         if "2" in args.sections:
             section_pass(args.quick)
         if "3" in args.sections:
-            section_targets()
+            section_targets(args.quick)
     finally:
         set_default_policy(old)
     return 0

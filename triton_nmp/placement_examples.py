@@ -2,9 +2,9 @@
 
 `GemvChain`: `layers` matrix-vector products in a row (decode-style: one token through linear layers
 stored like nn.Linear, [out, in] row-major), fp16, each program BLOCK_N output rows.
-`gemv_in_out_kernel`: y = x @ W with W stored [in, out] (GPT-2's Conv1D layout): each program reads a
-column block of every row, so the layout that keeps a program's bytes in one bank depends on how
-many banks the target has (benchmarks/placement.py, section 3).
+`FanOut`: one GEMV makes a hidden vector h that `readers` GEMVs then read (a token's hidden state read
+by several projections or experts): whether h is worth a copy in every bank (written by broadcast
+stores once, read locally by every reader) depends on the target (benchmarks/placement.py, section 3).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["gemv_kernel", "gemv_in_out_kernel", "GemvChain"]
+__all__ = ["gemv_kernel", "GemvChain", "FanOut"]
 
 
 @triton.jit
@@ -24,16 +24,6 @@ def gemv_kernel(w_ptr, x_ptr, y_ptr, N, K, BLOCK_N: tl.constexpr, BLOCK_K: tl.co
     x = tl.load(x_ptr + ks, mask=ks < K, other=0.0)
     y = tl.sum(w.to(tl.float32) * x[None, :].to(tl.float32), axis=1)
     tl.store(y_ptr + rows, y.to(tl.float16), mask=rows < N)
-
-
-@triton.jit
-def gemv_in_out_kernel(w_ptr, x_ptr, y_ptr, N, K: tl.constexpr, BLOCK_N: tl.constexpr):
-    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    ks = tl.arange(0, K)
-    w = tl.load(w_ptr + ks[:, None] * N + cols[None, :])
-    x = tl.load(x_ptr + ks)
-    y = tl.sum(w.to(tl.float32) * x[:, None].to(tl.float32), axis=0)
-    tl.store(y_ptr + cols, y.to(tl.float16))
 
 
 class GemvChain:
@@ -63,3 +53,26 @@ class GemvChain:
         for w in self.ws:
             h = (w.float() @ h).half().float()
         return h
+
+
+class FanOut:
+    """h = W0 x, then y_i = W_i h for `readers` GEMVs (all d x d, fp16, one output row per program)."""
+
+    def __init__(self, readers: int = 4, d: int = 256, seed: int = 0):
+        g = torch.Generator().manual_seed(seed)
+        self.d = d
+        self.ws = [torch.randn(d, d, generator=g, dtype=torch.float16) / d**0.5 for _ in range(readers + 1)]
+        self.x = torch.randn(d, generator=g, dtype=torch.float16)
+        self.h = torch.empty(d, dtype=torch.float16)
+        self.ys = [torch.empty(d, dtype=torch.float16) for _ in range(readers)]
+
+    def step(self) -> list[torch.Tensor]:
+        d = self.d
+        gemv_kernel[(d,)](self.ws[0], self.x, self.h, d, d, BLOCK_N=1, BLOCK_K=triton.next_power_of_2(d))
+        for w, y in zip(self.ws[1:], self.ys):
+            gemv_kernel[(d,)](w, self.h, y, d, d, BLOCK_N=1, BLOCK_K=triton.next_power_of_2(d))
+        return self.ys
+
+    def reference(self) -> list[torch.Tensor]:
+        h = (self.ws[0].float() @ self.x.float()).half().float()
+        return [(w.float() @ h).half().float() for w in self.ws[1:]]

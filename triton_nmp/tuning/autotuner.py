@@ -40,7 +40,7 @@ from .configs import config_identity, config_record, space_hash
 from .context import kernel_meta, resolve_grid, unwrap_jit, user_stacklevel
 from .entries import arg_summary, entry_key_for, median_seconds, placement_keys, resolve_cache
 from .layouts import apply_record, launching, open_tensors, search
-from .perfmodel import PerfModel
+from .perfmodel import PerfModel, top_k_count
 from .prune import PrunedConfig, prune_with_reasons
 from .stock import CachedPrune, prune_configs_by, prune_illegal
 
@@ -270,11 +270,7 @@ class NMPAutotuner(Autotuner):
     def prune_configs(self, kwargs: dict) -> list[triton.Config]:
         configs = self._legal_configs(kwargs)
         if self.perf_model and len(configs) > 1:
-            top_k = self.configs_top_k
-            if isinstance(top_k, float) and top_k <= 1.0:
-                top_k = max(1, int(len(configs) * top_k))
-            elif not isinstance(top_k, int):
-                raise TypeError("Error while pruning configs, top_k must be either 1) a float <= 1.0 or 2) an int")
+            top_k = top_k_count(self.configs_top_k, len(configs))
             if isinstance(self.perf_model, PerfModel):
                 # ours predicts every legal config, even when all are measured: the stored
                 # (predicted, simulated) pairs are what recalibrates the model

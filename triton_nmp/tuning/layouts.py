@@ -163,12 +163,6 @@ def apply_record(kernel: str, opened: dict[str, Any], record: dict[str, dict[str
         assign(t, pl, copy=bool(rec.get("read", True)), why=f"kernel '{kernel}': autotuner layout search: {why}")
 
 
-def _budget(top_k: Any, n: int) -> int:
-    if isinstance(top_k, float) and top_k <= 1.0:
-        return max(1, int(n * top_k))
-    return max(1, int(top_k))
-
-
 def search(tuner: Any, args: tuple, kwargs: dict, named: dict[str, Any], placements: dict[str, Any],
            opened: dict[str, Any]) -> tuple[triton.Config, dict[str, dict[str, Any]], list[Any]]:
     """Tune `tuner` (an `NMPAutotuner`) over its legal configs x the open arguments' candidate layouts:
@@ -177,7 +171,7 @@ def search(tuner: Any, args: tuple, kwargs: dict, named: dict[str, Any], placeme
     simulated layout)."""
     from .cache import Entry
     from .configs import config_label, config_record
-    from .perfmodel import PerfModel
+    from .perfmodel import PerfModel, top_k_count
     from .prune import NMPTuningError
 
     t0 = time.time()
@@ -195,7 +189,7 @@ def search(tuner: Any, args: tuple, kwargs: dict, named: dict[str, Any], placeme
                     predicted[i] = float(model(**nargs, **kwargs, **c.all_kwargs()))
     chosen = list(range(len(pairs)))
     if any(math.isfinite(t) for t in predicted.values()):
-        chosen = sorted(chosen, key=lambda i: predicted[i])[:_budget(tuner.configs_top_k, len(legal))]
+        chosen = sorted(chosen, key=lambda i: predicted[i])[:top_k_count(tuner.configs_top_k, len(legal))]
     tuner._to_bench = len(chosen)
     tuner._pooled = {}
     timings: dict[int, Any] = {}

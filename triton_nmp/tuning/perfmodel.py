@@ -21,7 +21,7 @@ from .configs import config_label
 from .context import find_autotuner, kernel_meta, resolve_grid, unwrap_jit, user_stacklevel
 from .prune import NMPTuningError
 
-__all__ = ["PerfModel"]
+__all__ = ["PerfModel", "top_k_count"]
 
 Predictor = Callable[[Any, dict, triton.Config, tuple], Any]
 
@@ -97,3 +97,12 @@ class PerfModel:
         own = config.all_kwargs()
         kwargs = {k: v for k, v in values.items() if k not in nargs and k not in own}
         return self.predict(tuner.fn, nargs, kwargs, config)
+
+
+def top_k_count(top_k: int | float, n: int) -> int:
+    """How many of `n` candidates `top_k` keeps: a fraction <= 1.0 of them (at least one) or a count."""
+    if isinstance(top_k, float) and top_k <= 1.0:
+        return max(1, int(n * top_k))
+    if not isinstance(top_k, int):
+        raise TypeError("Error while pruning configs, top_k must be either 1) a float <= 1.0 or 2) an int")
+    return top_k

@@ -21,7 +21,7 @@ from .cache import Candidate, Entry
 from .configs import config_identity, config_record, space_hash
 from .context import find_autotuner, warn_once
 from .entries import arg_summary, entry_key_for, placement_keys, resolve_cache
-from .perfmodel import PerfModel
+from .perfmodel import PerfModel, top_k_count
 from .prune import NMPTuningError, prune_with_reasons
 
 __all__ = ["CachedPrune", "prune_configs_by", "prune_illegal", "resolve_stock_launch"]
@@ -106,8 +106,7 @@ def resolve_stock_launch(tuner: Any, legal: list[triton.Config], pruned: list[An
         return None
     configs, predicted = legal, {}
     if isinstance(tuner.perf_model, PerfModel):
-        top_k = tuner.configs_top_k
-        top_k = max(1, int(len(legal) * top_k)) if isinstance(top_k, float) and top_k <= 1.0 else int(top_k)
+        top_k = top_k_count(tuner.configs_top_k, len(legal))
         predicted = {c: tuner.perf_model.predict(tuner.fn, named_args, kwargs, c) for c in legal}
         configs = sorted(legal, key=lambda c: predicted[c])[:top_k]
         if len(configs) == 1:
