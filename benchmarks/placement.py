@@ -35,7 +35,7 @@ import triton_nmp  # noqa: E402
 from triton_nmp import examples as ex  # noqa: E402
 from triton_nmp import placement_pass as pp  # noqa: E402
 from triton_nmp.placement import clear_placements, set_default_policy  # noqa: E402
-from triton_nmp.placement_examples import GemvChain  # noqa: E402
+from triton_nmp.placement_examples import FanOut, GemvChain  # noqa: E402
 
 BASELINE = "interleaved + round_robin"
 
@@ -99,7 +99,7 @@ def _chain_step(model: GemvChain, policy: str) -> float:
     return prof.sim_seconds
 
 
-def _graph(model: GemvChain) -> pp.PlacementGraph:
+def _graph(model: GemvChain | FanOut) -> pp.PlacementGraph:
     set_default_policy("interleaved")
     model.step()
     with pp.capture() as cap:
@@ -167,10 +167,13 @@ def section_gap(quick: bool) -> None:
     """Greedy vs the proven optimum over graph sizes up to 50 kernels, on both targets."""
     print("\n2b. greedy vs the ILP optimum by graph size (costs only: no plan applied)")
     rows = []
-    families = [("nmp-64", "d=768 ffn=3072, 3 per layer", (1, 2, 4, 8, 12, 16),
+    families = [("nmp-64", "GEMV chain d=768 ffn=3072, 3 per layer", (1, 2, 4, 8, 12, 16),
                  lambda n: GemvChain(layers=n, d=768, block_n=8, ffn=3072)),
-                ("hbm-pim-like", "d=512 BLOCK_N=1, 1 per layer", (3, 12, 25, 50),
-                 lambda n: GemvChain(layers=n, d=512, block_n=1))]
+                ("hbm-pim-like", "GEMV chain d=512 BLOCK_N=1", (3, 12, 25, 50),
+                 lambda n: GemvChain(layers=n, d=512, block_n=1)),
+                ("nmp-64", "FanOut d=256, F readers of h", (3, 5, 7, 16, 49), lambda n: FanOut(readers=n - 1, d=256)),
+                ("hbm-pim-like", "FanOut d=256, F readers of h", (3, 5, 7, 16, 49),
+                 lambda n: FanOut(readers=n - 1, d=256))]
     try:
         for target, shape, sizes, make in families:
             triton_nmp.activate(target)
@@ -183,7 +186,7 @@ def section_gap(quick: bool) -> None:
                              _gap(greedy, ilp), f"{greedy.solve_seconds:.2f}"])
     finally:
         triton_nmp.activate("nmp-64")
-    print(table(["target", "GEMV chain", "kernels", "tensors", "ILP us", "proven", "ILP s", "greedy us", "greedy gap",
+    print(table(["target", "graph", "kernels", "tensors", "ILP us", "proven", "ILP s", "greedy us", "greedy gap",
                  "greedy s"], rows, {2, 3, 4, 6, 7, 8, 9}))
     print("greedy gap = greedy plan's predicted step time / the ILP's - 1 (goal: within 2% up to 50 kernels)")
 
@@ -199,8 +202,6 @@ def _restricted(g: pp.PlacementGraph, tensor: pp.TensorNode, layouts: list) -> p
 
 
 def section_targets(quick: bool) -> None:
-    from triton_nmp.placement_examples import FanOut
-
     d = 256
     print(f"\n3. two targets, one model: h = W0 x, then F GEMVs read h (FanOut, fp16, d={d}, one row per program); "
           "the ILP's home for h")

@@ -82,6 +82,7 @@ def test_search_picks_the_local_layout_with_simulated_numbers_and_charges_it(tmp
     assert len(searched.candidates) == 4 and bench.calls == 4
     assert searched.best.layouts["x_ptr"] == {"layout": ["interleaved", None, block * 4], "read": True}
     assert searched.best.layouts["out_ptr"]["read"] is False
+    assert kernel.last_lookup.layouts == searched.best.layouts  # the tuner reports the layouts it applied
     default = [c for c in searched.candidates if c.layouts["x_ptr"]["layout"] == ["interleaved", None, 1024]]
     assert len(default) == 2 and all(c.simulated for c in default)
     # the simulator agrees with the choice: the default interleaving is slower for every config
@@ -114,7 +115,7 @@ def test_warm_cache_simulates_nothing_and_applies_the_tuned_layout(tmp_path):
     with triton_nmp.profile() as prof:
         kernel[grid](x2, y2, out2, N)
     torch.testing.assert_close(out2, x2 + y2)
-    assert bench.calls == 0 and kernel.last_lookup.source == "disk"
+    assert bench.calls == 0 and kernel.last_lookup.source == "disk" and kernel.last_lookup.layouts
     assert len(prof.launches) == 1  # the launch itself, nothing simulated for tuning
     assert lookup(x2.data_ptr(), N * 4).layout_signature() == tuned.layout_signature()
     assert sorted(t.kind for t in prof.transfers) == ["host_write", "host_write"]  # applied, charged

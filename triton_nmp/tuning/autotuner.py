@@ -21,6 +21,7 @@ keys and the persistent cache.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 import time
@@ -57,6 +58,8 @@ class Lookup:
     source: str
     seconds: float
     entry_id: str | None = None
+    # the layouts the launch applied to arguments whose layout was open ({name: {"layout", "read"}}), else None
+    layouts: dict | None = None
 
 
 def _freeze(value: Any) -> Any:
@@ -151,6 +154,7 @@ class NMPAutotuner(Autotuner):
             if source != "tuned":
                 if opened and layouts:
                     apply_record(unwrap_jit(self.fn).__name__, opened, layouts, f"as tuned ({source})")
+                    self.last_lookup = dataclasses.replace(self.last_lookup, layouts=layouts)
                     self._settle(named, args, kwargs, self.cache[mkey])
                 return super().run(*args, **kwargs)
             self.configs_timings = None
@@ -179,6 +183,7 @@ class NMPAutotuner(Autotuner):
             self._close_bar()
         self.cache[mkey] = config
         self._open_choice[(pkey, mkey)] = record
+        self.last_lookup = dataclasses.replace(self.last_lookup, layouts=record)
         for entry in entries:
             self._write(entry)
         if knobs.autotuning.listener is not None:
