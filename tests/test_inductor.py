@@ -261,3 +261,24 @@ def test_triton_name_is_cpu_and_nmp_target_still_compiles():
     target = triton.runtime.driver.active.get_current_target()
     assert target == GPUTarget("cpu", target_arch(triton_nmp.active_target()), 1)
     assert isinstance(NMPError("x"), Exception)
+
+
+def test_warm_process_is_served_by_the_caches_and_still_records_what_runs(tmp_path):
+    """A second process with the same caches hits AOTAutograd's cache (no tracing, no lowering, no Triton
+    compile) and still records the graph's kernels and host fallbacks."""
+    code = """
+        import torch, triton_nmp
+        from torch._dynamo.utils import counters
+        from triton_nmp.inductor import compiled_graphs
+        f = torch.compile(lambda x, w: torch.relu(x @ w).sum(-1), backend="nmp")
+        x, w = torch.randn(32, 48), torch.randn(48, 40)
+        torch.testing.assert_close(f(x, w), torch.relu(x @ w).sum(-1), rtol=1e-4, atol=1e-4)
+        g = compiled_graphs()[-1]
+        print("AOT_HIT", counters["aot_autograd"]["autograd_cache_hit"], "KERNELS", len(g.kernels),
+              "FALLBACKS", len(g.host_fallbacks), "SOURCES", len(g.source_code))
+    """
+    env = {"TRITON_NMP_CACHE_DIR": str(tmp_path / "nmp"), "TRITON_NMP_TUNING_CACHE": str(tmp_path / "tuning")}
+    cold = run_python(code, tmp_path, env).split("AOT_HIT")[-1].split()
+    warm = run_python(code, tmp_path, env).split("AOT_HIT")[-1].split()
+    assert cold[0] == "0" and warm[0] == "1", (cold, warm)
+    assert cold[1:] == warm[1:] and int(cold[2]) >= 1 and cold[4] == "0" and cold[6] == "1", (cold, warm)

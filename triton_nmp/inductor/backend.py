@@ -77,7 +77,6 @@ def _check_inputs(example_inputs: Any) -> None:
 def nmp(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str | None = None,
         options: dict[str, Any] | None = None) -> Any:
     """Compile `gm` with Inductor for nmp (the `torch_dynamo_backends` entry point)."""
-    from torch._functorch import config as functorch_config
     from torch._inductor import config
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
@@ -89,18 +88,13 @@ def nmp(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str | None = 
     def inner_compile(graph: torch.fx.GraphModule, inputs: Any, **kwargs: Any) -> Any:
         out = compile_fx_inner(graph, inputs, **kwargs)
         record.aten_graphs.append(graph)
-        source = getattr(out, "source_code", None)
-        if source:
-            record.source_code.append(source)
-            record.kernels.extend(graphs.kernels_in(source))
-            record.host_fallbacks.extend(graphs.host_fallbacks_in(source))
         return out
 
     t0 = time.perf_counter()
     try:
-        # AOT autograd's own cache would skip inner_compile on a hit, and with it the record of what runs;
-        # Inductor's FX graph cache still serves the compiled code
-        with config.patch(patches), functorch_config.patch(enable_autograd_cache=False):
+        # AOTAutograd's cache (on by default) serves a warm process without tracing or lowering; the generated
+        # code is recorded either way (graphs.recording)
+        with graphs.recording(record), config.patch(patches):
             compiled = compile_fx(gm, example_inputs, inner_compile=inner_compile)
     finally:
         record.compile_seconds = time.perf_counter() - t0

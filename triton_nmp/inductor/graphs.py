@@ -3,19 +3,27 @@
 One `CompiledGraph` per graph Dynamo hands the backend, kept in `compiled_graphs()` (newest last) so later
 passes (bank placement, issue #12) and reports can read what runs: `dynamo_graph` (the FX graph of torch ops
 Dynamo captured), `aten_graphs` (the functional ATen graphs after AOT autograd that Inductor lowered, one per
-forward/backward), `source_code` (Inductor's generated Python wrapper: its `call()` launches the Triton
-kernels in order), `kernels` (Triton kernel names, as `triton_nmp.profile()` records their launches) and
-`host_fallbacks` (ATen/extern calls that run on the host instead of nmp).
+forward/backward; empty when AOTAutograd's cache served the graph, which skips tracing), `source_code`
+(Inductor's generated Python wrapper: its `call()` launches the Triton kernels in order), `kernels` (Triton
+kernel names, as `triton_nmp.profile()` records their launches) and `host_fallbacks` (ATen/extern calls that
+run on the host instead of nmp).
+
+The generated code is recorded from Inductor's `CompiledFxGraph.post_compile`, which runs for every
+compiled graph whether Inductor generated it now or a cache (FX graph or AOTAutograd) served it, so a warm
+process that skips tracing and lowering still knows what runs (`recording`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import re
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["HostFallback", "CompiledGraph", "compiled_graphs", "clear", "host_fallbacks_in", "kernels_in"]
+__all__ = ["HostFallback", "CompiledGraph", "compiled_graphs", "clear", "host_fallbacks_in", "kernels_in", "recording"]
 
 
 @dataclass(frozen=True)
@@ -36,6 +44,12 @@ class CompiledGraph:
     kernels: list[str] = field(default_factory=list)
     host_fallbacks: list[HostFallback] = field(default_factory=list)
     compile_seconds: float = 0.0
+
+    def add_source(self, source: str) -> None:
+        """Record one generated wrapper module: its kernels and host fallbacks."""
+        self.source_code.append(source)
+        self.kernels.extend(kernels_in(source))
+        self.host_fallbacks.extend(host_fallbacks_in(source))
 
     def fallback_counts(self) -> Counter:
         return Counter(f.op for f in self.host_fallbacks)
@@ -62,6 +76,38 @@ def clear() -> None:
 def keep(graph: CompiledGraph) -> None:
     _GRAPHS.append(graph)
     del _GRAPHS[:-MAX_KEPT]
+
+
+_RECORDING: contextvars.ContextVar[CompiledGraph | None] = contextvars.ContextVar("nmp_recording", default=None)
+
+
+@contextlib.contextmanager
+def recording(record: CompiledGraph) -> Iterator[CompiledGraph]:
+    """While active, every graph Inductor compiles or loads from its caches is added to `record`."""
+    _install_output_hook()
+    token = _RECORDING.set(record)
+    try:
+        yield record
+    finally:
+        _RECORDING.reset(token)
+
+
+def _install_output_hook() -> None:
+    """Wrap `CompiledFxGraph.post_compile` (idempotent): it runs after a fresh compile and after a cache hit."""
+    from torch._inductor.output_code import CompiledFxGraph
+
+    original = CompiledFxGraph.post_compile
+    if getattr(original, "_nmp_recording", False):
+        return
+
+    def post_compile(self: Any, *args: Any, **kwargs: Any) -> Any:
+        record = _RECORDING.get()
+        if record is not None and getattr(self, "source_code", None):
+            record.add_source(self.source_code)
+        return original(self, *args, **kwargs)
+
+    post_compile._nmp_recording = True  # type: ignore[attr-defined]
+    CompiledFxGraph.post_compile = post_compile  # type: ignore[method-assign]
 
 
 # Calls in the wrapper's call() that compute on the host. Allocation, views and checks are not computations.

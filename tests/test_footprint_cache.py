@@ -1,0 +1,97 @@
+"""The on-disk cache of launch footprints: a warm process neither lowers nor predicts again, and a file
+that cannot be trusted is reported and predicted again, never used."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import torch
+import triton
+import triton.language as tl
+from triton import knobs
+
+import triton_nmp
+import triton_nmp.footprint as footprint
+from triton_nmp.placement import clear_placements, set_default_policy
+
+
+@triton.jit
+def _scale_add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(out_ptr + offs, 2 * tl.load(x_ptr + offs, mask=m) + tl.load(y_ptr + offs, mask=m), mask=m)
+
+
+@pytest.fixture(autouse=True)
+def _fresh(tmp_path, monkeypatch):
+    monkeypatch.setattr(knobs.cache, "dir", str(tmp_path / "triton"))
+    clear_placements()
+    old = set_default_policy("auto")
+    yield
+    set_default_policy(old)
+    clear_placements()
+
+
+_alive: list[torch.Tensor] = []  # fresh tensors per launch, never freed meanwhile (no address is reused)
+
+
+def _launch() -> tuple[float, torch.Tensor]:
+    """A launch as a process's first: no footprint in memory, fresh tensors to place."""
+    with footprint._lock:
+        footprint._footprints.clear()
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(20_000, generator=g), torch.randn(20_000, generator=g)
+    out = torch.empty_like(x)
+    _alive.extend((x, y, out))
+    with triton_nmp.profile() as prof:
+        _scale_add[(triton.cdiv(x.numel(), 512),)](x, y, out, x.numel(), BLOCK=512)
+    torch.testing.assert_close(out, 2 * x + y)
+    return prof.sim_seconds, out
+
+
+def _cached_files(tmp_path) -> list:
+    return sorted((tmp_path / "triton").rglob("_scale_add.footprint-*.npz"))
+
+
+def test_a_warm_launch_reads_its_footprint_from_disk(tmp_path, monkeypatch):
+    cold, _ = _launch()
+    files = _cached_files(tmp_path)
+    assert len(files) == 1
+    with np.load(files[0]) as z:
+        assert bool(z["exact"]) and z["trace"].shape[0] > 0
+
+    def no_lowering(metadata):
+        raise AssertionError("a cached footprint must not lower the kernel again")
+
+    monkeypatch.setattr(footprint, "kernel_func", no_lowering)
+    warm, _ = _launch()
+    assert warm == cold
+
+
+def _rewrite_key(path, key: str) -> None:
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["key"] = np.array(key)
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    path.write_bytes(buf.getvalue())
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "another launch"])
+def test_an_unreadable_footprint_file_is_reported_and_predicted_again(tmp_path, damage):
+    cold, _ = _launch()
+    (path,) = _cached_files(tmp_path)
+    good = path.read_bytes()
+    if damage == "garbage":
+        path.write_bytes(b"\x00not a footprint" * 10)
+    elif damage == "truncated":
+        path.write_bytes(good[: len(good) // 2])
+    else:
+        _rewrite_key(path, "((1, 1, 1), (), ())")
+    with pytest.warns(UserWarning, match=r"ignoring the unreadable footprint cache file .*_scale_add\.footprint-.*"
+                                         r"predicting the launch's footprint again"):
+        again, _ = _launch()
+    assert again == cold
+    assert path.read_bytes() == good  # predicted again and written back
