@@ -8,7 +8,7 @@ Per model and compile mode ("default": one config per kernel from nmp's heuristi
 * the floor: max(FLOPs / peak FLOP/s of the dtype, (weights + KV-cache bytes) / aggregate local bank
   bandwidth), and the ratio to it (the baseline of this benchmark: what the machine cannot beat);
 * kernels per step, host fallbacks (ATen calls left on the host), launches simulated to tune;
-* cold compile (first call minus a warm call, empty Inductor/Triton/tuning caches) and warm-process start
+* cold compile (first call minus a warm call, empty Inductor/Triton/nmp/tuning caches) and warm-process start
   (a second process with those caches: process start to the first prefill logits).
 
     triton-nmp llm                                 # gpt2 + llama, fp16, default and max-autotune
@@ -191,6 +191,7 @@ def run_worker_process(args, model: str, mode: str, cache_dir: Path) -> RunResul
         "TORCHINDUCTOR_CACHE_DIR": str(cache_dir / "inductor"),
         "TRITON_CACHE_DIR": str(cache_dir / "triton"),
         "TRITON_NMP_TUNING_CACHE": str(cache_dir / "tuning"),
+        "TRITON_NMP_CACHE_DIR": str(cache_dir / "nmp"),  # cost-model calibration and target descriptions too
     })
     cmd = [sys.executable, "-m", "triton_nmp.llm.bench", "--worker", model, mode, args.dtype, str(args.prompt),
            str(args.cache)] + (["--placement-pass"] if args.placement_pass else [])
