@@ -345,7 +345,7 @@ class NMPLauncher:
         choices: dict[int, Any] = {}
         auto = {i: v for i, v in todo.items() if policy == "auto" or i in auto_requested}
         if auto and fp is not None and fp.exact:
-            from triton_nmp.auto_layout import choose_checked
+            from triton_nmp.layout_cache import choose_checked_cached
 
             fixed: list[Any] = [None] * len(self.plan)
             for i, slot, name in self._ptr_args:
@@ -358,7 +358,7 @@ class NMPLauncher:
                    tuple((a.placement.signature(), a.base, a.nbytes) if a is not None else None for a in fixed))
             memo = self._layout_memo.get(key)
             if memo is None:
-                memo = choose_checked(fp.trace, grid, fixed, auto, spec)
+                memo = choose_checked_cached(self.metadata, fp.trace, grid, fixed, auto, spec)
                 if len(self._layout_memo) > 64:
                     self._layout_memo.clear()
                 self._layout_memo[key] = memo

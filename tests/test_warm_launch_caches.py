@@ -1,5 +1,6 @@
-"""The on-disk cache of launch footprints: a warm process neither lowers nor predicts again, and a file
-that cannot be trusted is reported and predicted again, never used."""
+"""What a launch caches on disk for the next process (next to the kernel in Triton's cache): its footprint
+(a warm process neither lowers nor predicts again) and its automatic-layout decisions (no timing model runs
+again). A file that cannot be trusted is reported and computed again, never used."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from triton import knobs
 
 import triton_nmp
 import triton_nmp.footprint as footprint
+import triton_nmp.layout_cache as layout_cache
 from triton_nmp.placement import clear_placements, set_default_policy
 
 
@@ -27,6 +29,7 @@ def _scale_add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
 @pytest.fixture(autouse=True)
 def _fresh(tmp_path, monkeypatch):
     monkeypatch.setattr(knobs.cache, "dir", str(tmp_path / "triton"))
+    _scale_add.device_caches.clear()  # each test compiles into its own cache (and gets a new launcher)
     clear_placements()
     old = set_default_policy("auto")
     yield
@@ -38,9 +41,13 @@ _alive: list[torch.Tensor] = []  # fresh tensors per launch, never freed meanwhi
 
 
 def _launch() -> tuple[float, torch.Tensor]:
-    """A launch as a process's first: no footprint in memory, fresh tensors to place."""
+    """A launch as a process's first: no footprint or layout decision in memory, fresh tensors to place."""
     with footprint._lock:
         footprint._footprints.clear()
+    for cache in _scale_add.device_caches.values():
+        for kernel in cache[0].values():
+            if kernel._run is not None:
+                kernel._run._layout_memo.clear()
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(20_000, generator=g), torch.randn(20_000, generator=g)
     out = torch.empty_like(x)
@@ -51,8 +58,8 @@ def _launch() -> tuple[float, torch.Tensor]:
     return prof.sim_seconds, out
 
 
-def _cached_files(tmp_path) -> list:
-    return sorted((tmp_path / "triton").rglob("_scale_add.footprint-*.npz"))
+def _cached_files(tmp_path, kind: str = "footprint") -> list:
+    return sorted((tmp_path / "triton").rglob(f"_scale_add.{kind}-*"))
 
 
 def test_a_warm_launch_reads_its_footprint_from_disk(tmp_path, monkeypatch):
@@ -68,6 +75,33 @@ def test_a_warm_launch_reads_its_footprint_from_disk(tmp_path, monkeypatch):
     monkeypatch.setattr(footprint, "kernel_func", no_lowering)
     warm, _ = _launch()
     assert warm == cold
+
+
+def test_a_warm_launch_reads_its_layout_decisions_from_disk(tmp_path, monkeypatch):
+    cold, _ = _launch()
+    decided = triton_nmp.placement.decisions()
+    assert len(_cached_files(tmp_path, "layouts")) == 1
+
+    def no_timing(*args):
+        raise AssertionError("a cached decision must not run the timing model again")
+
+    monkeypatch.setattr(layout_cache, "choose_checked", no_timing)
+    clear_placements()
+    warm, _ = _launch()
+    assert warm == cold
+    assert [d.why for d in triton_nmp.placement.decisions()] == [d.why for d in decided]
+
+
+def test_an_unreadable_layout_file_is_reported_and_decided_again(tmp_path):
+    cold, _ = _launch()
+    (path,) = _cached_files(tmp_path, "layouts")
+    good = path.read_bytes()
+    path.write_text('{"key": "')
+    clear_placements()
+    with pytest.warns(UserWarning, match=r"ignoring the unreadable layout cache file .*_scale_add\.layouts-.*"
+                                         r"choosing the launch's layouts again"):
+        again, _ = _launch()
+    assert again == cold and path.read_bytes() == good
 
 
 def _rewrite_key(path, key: str) -> None:

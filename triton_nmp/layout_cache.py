@@ -1,0 +1,117 @@
+"""Automatic-layout decisions kept on disk, so a warm process does not run the timing model again.
+
+`auto_layout.choose_checked` runs the timing model twice per decision (the footprint-aligned layouts
+against the default), the largest cost of a warm process's first step after simulating it. Its result
+depends only on what the key here holds: the launch's predicted trace (hashed), the grid, every fixed
+argument's layout, extent, size and position inside its placed range, the new arguments' sizes, the
+target's full description, numpy's version, and the sources of the modules that decide (auto layout,
+placement, the timing model). Host addresses do not enter: the timing model only reads positions
+relative to a placement's origin. Files live next to the kernel in Triton's cache
+(`<name>.layouts-<key>.json`), repeat their key (checked on load), and a file that cannot be read is
+reported with a warning naming it and decided again.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from triton_nmp.abi import metadata_value
+from triton_nmp.auto_layout import LayoutChoice, choose_checked
+from triton_nmp.placement import Placement
+from triton_nmp.target import TargetSpec
+
+__all__ = ["choose_checked_cached"]
+
+
+@functools.cache
+def _sources_hash() -> str:
+    import triton_nmp.auto_layout as auto_layout
+    import triton_nmp.placement as placement
+    import triton_nmp.simulator as simulator
+
+    h = hashlib.sha256(np.__version__.encode())
+    files = [Path(__file__), Path(auto_layout.__file__), Path(placement.__file__)]
+    files += sorted(Path(simulator.__file__).parent.glob("*.py"))
+    for p in files:
+        h.update(p.name.encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=16)
+def _spec_hash(spec: TargetSpec) -> str:
+    return hashlib.sha256(spec.to_toml().encode()).hexdigest()
+
+
+def _key_text(trace: np.ndarray, grid: tuple[int, int, int], fixed: list[Any], auto: dict[int, tuple[int, int]],
+              spec: TargetSpec) -> str:
+    trace = np.ascontiguousarray(trace)
+    fixed_desc = [None if a is None else
+                  [a.name, int(a.base), int(a.nbytes),
+                   None if a.placement is None else [*a.placement.layout_signature(), int(a.placement.extent)]]
+                  for a in fixed]
+    return json.dumps({
+        "sources": _sources_hash(), "target": _spec_hash(spec), "grid": [int(g) for g in grid],
+        "trace": [hashlib.sha256(trace.tobytes()).hexdigest(), list(trace.shape), str(trace.dtype)],
+        "fixed": fixed_desc, "auto": sorted([int(i), int(v[1])] for i, v in auto.items()),
+    }, sort_keys=True)
+
+
+def _decode(data: dict, auto: dict[int, tuple[int, int]]) -> dict[int, LayoutChoice]:
+    out: dict[int, LayoutChoice] = {}
+    for i, c in data["choices"].items():
+        a = int(i)
+        if a not in auto:
+            raise ValueError(f"a layout for argument {a}, which is not new in this launch")
+        pl = Placement(str(c["policy"]), _int_or_none(c["bank"]), _int_or_none(c["granularity"]), int(c["extent"]),
+                       auto[a][0])
+        out[a] = LayoutChoice(pl, str(c["reason"]), bool(c["loaded"]))
+    return out
+
+
+def _encode(choices: dict[int, LayoutChoice], key: str) -> str:
+    return json.dumps({"key": key, "choices": {
+        str(a): {"policy": c.placement.policy, "bank": _int_or_none(c.placement.bank),
+                 "granularity": _int_or_none(c.placement.granularity), "extent": int(c.placement.extent),
+                 "reason": c.reason, "loaded": bool(c.loaded)} for a, c in choices.items()}})
+
+
+def _int_or_none(v: Any) -> int | None:
+    return None if v is None else int(v)
+
+
+def choose_checked_cached(metadata: Any, trace: np.ndarray, grid: tuple[int, int, int], fixed: list[Any],
+                          auto: dict[int, tuple[int, int]], spec: TargetSpec) -> dict[int, LayoutChoice]:
+    """`auto_layout.choose_checked(trace, grid, fixed, auto, spec)`, read from disk when decided before."""
+    from triton.runtime.cache import get_cache_manager
+
+    h, name = metadata_value(metadata, "hash"), metadata_value(metadata, "name")
+    if not h or not name:
+        return choose_checked(trace, grid, fixed, auto, spec)
+    key = _key_text(trace, grid, fixed, auto, spec)
+    fname = f"{name}.layouts-{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
+    cache = get_cache_manager(h)
+    path = cache.get_file(fname)
+    if path is not None:
+        try:
+            with open(path) as f:
+                data = json.load(f)
+            if data.get("key") != key:
+                raise ValueError("it holds another launch's decision")
+            return _decode(data, auto)
+        except Exception as e:  # noqa: BLE001 - any unreadable file is decided again
+            warnings.warn(f"triton-nmp: ignoring the unreadable layout cache file {path} "
+                          f"({type(e).__name__}: {e}); choosing the launch's layouts again", stacklevel=2)
+    choices = choose_checked(trace, grid, fixed, auto, spec)
+    try:
+        cache.put(_encode(choices, key), fname, binary=False)  # atomic: a temp file, then a rename
+    except OSError as e:
+        warnings.warn(f"triton-nmp: cannot write the layout cache file {fname} ({e})", stacklevel=2)
+    return choices
