@@ -4,9 +4,9 @@
 against the default), the largest cost of a warm process's first step after simulating it. Its result
 depends only on what the key here holds: the launch's predicted trace (hashed), the grid, every fixed
 argument's layout, extent, size and position inside its placed range, the new arguments' sizes, the
-target's full description, numpy's version, and the sources of the modules that decide (auto layout,
-placement, the timing model). Host addresses do not enter: the timing model only reads positions
-relative to a placement's origin. Files live next to the kernel in Triton's cache
+target's full description, numpy's version, and the sources of this package and the simulator (auto
+layout, placement, the timing model, the target's derived figures). Host addresses do not enter: the
+timing model only reads positions relative to a placement's origin. Files live next to the kernel in Triton's cache
 (`<name>.layouts-<key>.json`), repeat their key (checked on load), and a file that cannot be read is
 reported with a warning naming it and decided again.
 """
@@ -32,13 +32,12 @@ __all__ = ["choose_checked_cached"]
 
 @functools.cache
 def _sources_hash() -> str:
-    import triton_nmp.auto_layout as auto_layout
-    import triton_nmp.placement as placement
+    """This package's and the simulator's sources (auto layout, placement, the timing model, the target's
+    derived figures all live there) and numpy's version."""
     import triton_nmp.simulator as simulator
 
     h = hashlib.sha256(np.__version__.encode())
-    files = [Path(__file__), Path(auto_layout.__file__), Path(placement.__file__)]
-    files += sorted(Path(simulator.__file__).parent.glob("*.py"))
+    files = sorted(Path(__file__).parent.glob("*.py")) + sorted(Path(simulator.__file__).parent.glob("*.py"))
     for p in files:
         h.update(p.name.encode())
         h.update(p.read_bytes())
