@@ -77,6 +77,7 @@ def _check_inputs(example_inputs: Any) -> None:
 def nmp(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str | None = None,
         options: dict[str, Any] | None = None) -> Any:
     """Compile `gm` with Inductor for nmp (the `torch_dynamo_backends` entry point)."""
+    from torch._functorch import config as functorch_config
     from torch._inductor import config
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
@@ -93,8 +94,10 @@ def nmp(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str | None = 
     t0 = time.perf_counter()
     try:
         # AOTAutograd's cache (on by default) serves a warm process without tracing or lowering; the generated
-        # code is recorded either way (graphs.recording)
-        with graphs.recording(record), config.patch(patches):
+        # code is recorded either way (graphs.recording). Off with the FX graph cache: a user who turns that off
+        # (options={"fx_graph_cache": False}) asks for a real compile, which AOTAutograd's hit would skip.
+        aot_cache = functorch_config.enable_autograd_cache and patches.get("fx_graph_cache", config.fx_graph_cache)
+        with graphs.recording(record), config.patch(patches), functorch_config.patch(enable_autograd_cache=aot_cache):
             compiled = compile_fx(gm, example_inputs, inner_compile=inner_compile)
     finally:
         record.compile_seconds = time.perf_counter() - t0
