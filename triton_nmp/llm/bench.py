@@ -128,7 +128,7 @@ def worker(model_name: str, mode: str, dtype_name: str, prompt_len: int, cache: 
         with triton_nmp.profile() as prof:
             compiled(token, pos)
         decode = _step(prof, compiled_graphs()[-1])
-        extra = {"placement": "auto"}
+        extra = {"placement": triton_nmp.placement.default_policy()}  # TRITON_NMP_PLACEMENT, else "auto"
         if placement_pass:
             from triton_nmp import placement_pass as pp
 
