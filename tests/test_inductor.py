@@ -223,6 +223,7 @@ def test_a_permuted_matmul_input_is_read_by_dma_in_the_template_prologue():
 
     o, w = torch.randn(4, 32, 16), torch.randn(24, 64)
     g = torch.compile(f, backend="nmp")
+    g(o, w)  # compile first: the template choices Inductor benchmarks while compiling are launches too
     with triton_nmp.profile() as prof:
         got = g(o, w)
     torch.testing.assert_close(got, f(o, w), rtol=1e-4, atol=1e-4)
