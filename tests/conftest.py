@@ -3,10 +3,6 @@ and the nmpir round trip every kernel the test suite compiles goes through."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-
 import pytest
 import torch
 
@@ -17,18 +13,6 @@ from triton_nmp.driver.device import clock
 from .ir_harness import assert_round_trip
 
 N, BLOCK = 4096, 256
-
-# The suite never shares Inductor's cache with other runs (by default /tmp/torchinductor_<user>): an autotune
-# result cached there by an earlier run would let a compile skip the benchmarking a test checks.
-_OWN_INDUCTOR_CACHE = None
-if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
-    _OWN_INDUCTOR_CACHE = tempfile.mkdtemp(prefix="triton-nmp-tests-inductor-")
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = _OWN_INDUCTOR_CACHE
-
-
-def pytest_sessionfinish(session, exitstatus) -> None:
-    if _OWN_INDUCTOR_CACHE is not None:
-        shutil.rmtree(_OWN_INDUCTOR_CACHE, ignore_errors=True)
 
 
 @pytest.fixture
