@@ -49,6 +49,7 @@ written against `torch.cuda` does not trip over nmp.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 import time
 from collections import OrderedDict
@@ -107,6 +108,7 @@ class PendingLaunch:
     host_seconds: float
     trace: Any  # numpy int64 (n, 8) or None
     note: str = ""  # how the launch was placed and mapped when that differs from what was asked (profiles)
+    graph: bool = False  # dispatched from a replayed launch graph (`launch_graph`): no host launch overhead
 
 
 @dataclass(slots=True)
@@ -151,6 +153,7 @@ class CounterEstimate:
     dma_cycles: int
     compute_cycles: int
     roofline_seconds: float
+    overhead_cycles: float = 0.0  # the launch overhead included in `cycles`
     estimated: bool = True
 
     def chrome_events(self, name: str, t0_us: float) -> list[dict[str, Any]]:
@@ -193,6 +196,7 @@ def estimate_from_counters(counters: dict[str, int], grid: tuple[int, int, int],
         dma_cycles=int(round(dma)),
         compute_cycles=int(round(compute)),
         roofline_seconds=spec.roofline_seconds(flops, nbytes, 0.0),
+        overhead_cycles=overhead,
     )
 
 
@@ -253,6 +257,16 @@ def _timing_module() -> Any:
 def _trace_bytes(trace: Any) -> bytes | None:
     """The trace's records as bytes: comparing bytes is ~10x cheaper than np.array_equal on small traces."""
     return None if trace is None else trace.tobytes()
+
+
+def graph_dispatched(timing: Any, spec: Any) -> Any:
+    """`timing` of a launch dispatched from a replayed launch graph (`launch_graph`): the device-side
+    dispatch cost `spec.launch_graph_dispatch_us` in place of the host launch overhead."""
+    overhead = spec.seconds_to_cycles(spec.launch_graph_dispatch_us * 1e-6)
+    cycles = timing.cycles - timing.overhead_cycles + overhead
+    if isinstance(timing.cycles, int):
+        cycles = int(round(cycles))
+    return dataclasses.replace(timing, cycles=cycles, overhead_cycles=overhead, seconds=spec.cycles_to_seconds(cycles))
 
 
 def _nbytes(trace: Any) -> int:
@@ -360,12 +374,13 @@ class SimClock:
                 return None
             return entry
 
-    def replay(self, launch_key: Hashable, entry: MemoEntry) -> None:
-        """Account a replayed launch: advance the clock by its memoised time."""
+    def replay(self, launch_key: Hashable, entry: MemoEntry, graph: bool = False) -> None:
+        """Account a replayed launch: advance the clock by its memoised time (less the host launch overhead
+        for a launch dispatched from a launch graph)."""
         with self._lock:
             self._note_launch(launch_key)
             self.stats.replayed += 1
-            self._now_ps += entry.ps
+            self._now_ps += _to_ps(graph_dispatched(entry.timing, entry.spec).seconds) if graph else entry.ps
 
     def note_clear_cache(self) -> None:
         """A benchmark loop's cache flush: start a new replay segment (see the module docstring) for the
@@ -415,6 +430,8 @@ class SimClock:
                 self._pending_bytes = sum(_nbytes(getattr(p, "trace", None)) for p in self._pending)
                 exc.add_note(f"while computing the simulated time of kernel '{launch.kernel}' (grid {launch.grid})")
                 raise
+            if launch.graph:
+                timing = graph_dispatched(timing, launch.spec)
             start = self._now_ps
             self._now_ps = start + _to_ps(timing.seconds)
             launch.trace = None

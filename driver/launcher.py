@@ -51,6 +51,7 @@ from triton_nmp.simulator.runtime import (
 )
 from triton_nmp.target import active_target, compiled_target
 
+from . import launch_graph
 from .device import PendingLaunch, clock
 
 __all__ = ["NMPLauncher", "ArgPlan", "plan_arguments", "INT_RANGES", "before_launch", "after_launch"]
@@ -264,9 +265,10 @@ class NMPLauncher:
             # depends on pointers only through placement, position in the placed range and size).
             launch_key = (self._kernel_id, function, grid, tvals, ident, id(spec), mapping)
             timing_key = (self._kernel_id, grid, self._scalars(vals), where, id(spec), mapping)
+            graph = launch_graph.dispatch(self.kernel_name, grid)
             entry = clock.replay_entry(launch_key, timing_key, spec)
             if entry is not None:
-                clock.replay(launch_key, entry)
+                clock.replay(launch_key, entry, graph)
                 self.last_result = LaunchResult(grid, STATUS_OK, dict(entry.counters), 0.0, None)
             else:
                 result = run_grid(
@@ -277,7 +279,7 @@ class NMPLauncher:
                     launch_key,
                     PendingLaunch(
                         clock.next_seq(), self.kernel_name, timing_key, grid, self.metadata, spec, mapping,
-                        buffers, result.counters, result.host_seconds, result.trace, note,
+                        buffers, result.counters, result.host_seconds, result.trace, note, graph,
                     ),
                 )
         if after_launch:

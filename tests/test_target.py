@@ -173,6 +173,8 @@ def test_section_that_is_not_a_table(tmp_path):
         ("rows", "rows = 0", r"mesh\.rows: is 0; expected an integer > 0 \(PUs\)"),
         ("setup_cycles", "setup_cycles = -1", r"dma\.setup_cycles: is -1; expected an integer >= 0"),
         ("overhead_us", "overhead_us = -0.5", r"launch\.overhead_us: is -0\.5; expected a number >= 0 \(us\)"),
+        ("graph_dispatch_us", "graph_dispatch_us = -1",
+         r"launch\.graph_dispatch_us: is -1; expected a number >= 0 \(us\)"),
     ],
 )
 def test_negative_or_zero(tmp_path, key, line, expected):

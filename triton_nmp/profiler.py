@@ -56,6 +56,7 @@ class LaunchRecord:
     spill_bytes: int = 0  # bytes moved between scratchpads and spill areas (tiles that did not fit), all programs
     spilled: tuple[str, ...] = ()  # the spilled tiles (name, type, bytes, Python line), from the compile
     grid_pipeline: str = ""  # whether the compiler pipelined the grid loop, and why (backend/grid_pipeline.py)
+    launch: str = "host"  # "graph": dispatched from a replayed launch graph (driver/launch_graph.py), no host cost
 
     @property
     def bytes_total(self) -> int:
@@ -107,6 +108,7 @@ class LaunchRecord:
             spill_bytes=int(launch.counters.get("spill_bytes", 0)),
             spilled=tuple(metadata_value(launch.metadata, "nmp_spilled", ()) or ()),
             grid_pipeline=str(metadata_value(launch.metadata, "nmp_grid_pipeline_reason", "") or ""),
+            launch="graph" if launch.graph else "host",
         )
 
 
@@ -206,7 +208,7 @@ class Profile:
                         "bytes_local": rec.bytes_local, "bytes_remote": rec.bytes_remote, "flops": rec.flops,
                         "spm_peak_bytes": rec.spm_peak_bytes, "roofline_fraction": round(rec.roofline_fraction, 4),
                         "estimated": rec.estimated, "spill_bytes": rec.spill_bytes,
-                        "grid_pipeline": rec.grid_pipeline,
+                        "grid_pipeline": rec.grid_pipeline, "launch": rec.launch,
                     },
                 }
             )
@@ -286,6 +288,12 @@ class Profile:
         out += [line(tuple("-" * w for w in widths)), line(rows[-1])]
         if self.replayed:
             out.append(f"({self.replayed} launches replayed inside benchmark loops are not listed)")
+        graphed = [r for r in self.launches if r.launch == "graph"]
+        if graphed:
+            spec = graphed[0].spec
+            out.append(f"{len(graphed)} of {len(self.launches)} launches dispatched from replayed launch graphs "
+                       f"(mode='reduce-overhead'): {spec.launch_graph_dispatch_us:g} us device dispatch each instead "
+                       f"of the {spec.launch_overhead_us:g} us host launch")
         for rec in self.launches:
             if rec.note:
                 out.append(f"note: {rec.kernel}: {rec.note}")

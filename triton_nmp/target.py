@@ -16,7 +16,7 @@ TOML schema (every key is required; units in the names):
     [matrix]     fp16_macs_per_cycle, bf16_macs_per_cycle, fp32_macs_per_cycle, int8_macs_per_cycle
     [vector]     fp32_lanes
     [noc]        link_bytes_per_cycle, hop_cycles, remote_read_bytes_per_cycle
-    [launch]     overhead_us
+    [launch]     overhead_us, graph_dispatch_us (optional)
 
 The dataclass is flat (`dma_setup_cycles` <-> `dma.setup_cycles`) so that hot timing code reads
 plain attributes; each field's metadata holds its TOML path, unit and constraint, and that one
@@ -112,6 +112,10 @@ class TargetSpec:
     launch_overhead_us: float = _f(5.0, "launch.overhead_us", "us", _NONNEGATIVE, "host cost per kernel launch")
     # --- optional fields (docs/machine-model.md): their defaults are neutral, i.e. they reproduce the model
     # of the fields above exactly, so files written before they existed keep their meaning.
+    launch_graph_dispatch_us: float = _f(
+        1.0, "launch.graph_dispatch_us", "us", _NONNEGATIVE,
+        "device cost per kernel of a replayed launch graph (torch.compile mode='reduce-overhead')",
+        optional=True, inherit="launch_overhead_us")
     host_write_gb_per_s: float = _f(64.0, "host.write_gb_per_s", "GB/s", _POSITIVE,
                                     "host -> banks link (tensors written in, charged by simulator.transfer)",
                                     optional=True)

@@ -4,8 +4,10 @@ Registered through the `torch_dynamo_backends` entry point, so `torch.compile(mo
 after `pip install` without importing triton_nmp. `mode` takes Inductor's names: "default" (one config per
 kernel chosen by nmp's heuristics and cost model: nothing is simulated while compiling), "max-autotune" (the
 cost model's top candidates of each matmul are simulated and the fastest in simulated time wins);
-"reduce-overhead" and "max-autotune-no-cudagraphs" are accepted (nmp has no CUDA graphs). `options` are
-Inductor config options, applied over the backend's own.
+"reduce-overhead" (default's kernels, each compiled graph run as a launch graph: captured on its first call,
+then replayed with one host launch and a device-side dispatch per further kernel, as CUDA graphs do; see
+`triton_nmp.driver.launch_graph`) and "max-autotune-no-cudagraphs" (max-autotune). `options` are Inductor
+config options, applied over the backend's own.
 
 Matmuls and batched matmuls go through Inductor's Triton templates (`max_autotune_gemm_backends="TRITON"`),
 never to host ATen kernels; whatever still runs on the host is counted per graph (`graphs.CompiledGraph`).
@@ -18,6 +20,7 @@ from typing import Any
 
 import torch
 
+from triton_nmp.driver.launch_graph import LaunchGraph
 from triton_nmp.errors import NMPError
 
 from . import graphs
@@ -102,4 +105,8 @@ def nmp(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str | None = 
     finally:
         record.compile_seconds = time.perf_counter() - t0
         graphs.keep(record)
+    if mode == "reduce-overhead":
+        record.launch_graph = LaunchGraph(f"graph {len(graphs.compiled_graphs())}",
+                                          tuple(f.op for f in record.host_fallbacks))
+        return record.launch_graph.wrap(compiled)
     return compiled

@@ -44,6 +44,7 @@ class CompiledGraph:
     kernels: list[str] = field(default_factory=list)
     host_fallbacks: list[HostFallback] = field(default_factory=list)
     compile_seconds: float = 0.0
+    launch_graph: Any = None  # driver.launch_graph.LaunchGraph under mode="reduce-overhead"
 
     def add_source(self, source: str) -> None:
         """Record one generated wrapper module: its kernels and host fallbacks."""
@@ -56,8 +57,10 @@ class CompiledGraph:
 
     def summary(self) -> str:
         fb = ", ".join(f"{op} x{n}" for op, n in sorted(self.fallback_counts().items())) or "none"
+        lg = self.launch_graph
+        graph = "" if lg is None else f", launch graph: {lg.reason or f'{lg.replays} replays, {lg.diverged} diverged'}"
         return (f"{len(self.kernels)} Triton kernels on nmp, host fallbacks: {fb}, "
-                f"compiled in {self.compile_seconds:.1f} s ({self.mode})")
+                f"compiled in {self.compile_seconds:.1f} s ({self.mode}){graph}")
 
 
 _GRAPHS: list[CompiledGraph] = []

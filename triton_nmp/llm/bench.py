@@ -1,7 +1,8 @@
 """LLMs on nmp: GPT-2 small and a Llama-shaped decoder compiled with `torch.compile(backend="nmp")`.
 
 Per model and compile mode ("default": one config per kernel from nmp's heuristics and cost model;
-"max-autotune": matmul tiles chosen on simulated time), in fresh processes:
+"reduce-overhead": default's kernels, each step replayed as a launch graph (one host launch per step, a device
+dispatch per further kernel); "max-autotune": matmul tiles chosen on simulated time), in fresh processes:
 
 * prefill (batch 1, --prompt tokens): simulated ms; decode (one token at position --prompt, attending over the
   static KV cache of --cache positions): simulated us per token;
@@ -11,7 +12,7 @@ Per model and compile mode ("default": one config per kernel from nmp's heuristi
 * cold compile (first call minus a warm call, empty Inductor/Triton/nmp/tuning caches) and warm-process start
   (a second process with those caches: process start to the first prefill logits).
 
-    triton-nmp llm                                 # gpt2 + llama, fp16, default and max-autotune
+    triton-nmp llm                                 # gpt2 + llama, fp16, all three modes
     triton-nmp llm --models gpt2 --modes default --plot breakdown.png
     python benchmarks/llm.py ...                   # the same
 
@@ -265,7 +266,8 @@ def report(results: list[RunResult]) -> str:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--models", default="gpt2,llama")
-    p.add_argument("--modes", default="default,max-autotune")
+    p.add_argument("--modes", default="default,reduce-overhead,max-autotune",
+                   help="torch.compile modes (reduce-overhead: default's kernels replayed as launch graphs)")
     p.add_argument("--dtype", default="float16", choices=sorted(DTYPES))
     p.add_argument("--prompt", type=int, default=512)
     p.add_argument("--cache", type=int, default=1024)
