@@ -60,7 +60,7 @@ def test_replay_charges_one_host_launch_and_a_dispatch_per_further_kernel():
     assert "2 of 3 launches dispatched from replayed launch graphs (mode='reduce-overhead'): 1 us device " \
            "dispatch each instead of the 5 us host launch" in summary
     events = [e for e in p_rep.trace_events() if e.get("cat") == "launch"]
-    assert [e["args"]["launch"] for e in events] == ["host", "graph", "graph"]
+    assert [e["args"]["dispatch"] for e in events] == ["host", "graph", "graph"]
 
 
 def test_a_replay_that_stops_matching_its_capture_is_charged_as_host_launches_from_there():

@@ -208,7 +208,7 @@ class Profile:
                         "bytes_local": rec.bytes_local, "bytes_remote": rec.bytes_remote, "flops": rec.flops,
                         "spm_peak_bytes": rec.spm_peak_bytes, "roofline_fraction": round(rec.roofline_fraction, 4),
                         "estimated": rec.estimated, "spill_bytes": rec.spill_bytes,
-                        "grid_pipeline": rec.grid_pipeline, "launch": rec.launch,
+                        "grid_pipeline": rec.grid_pipeline, "dispatch": rec.launch,
                     },
                 }
             )
