@@ -34,6 +34,7 @@ from triton_nmp.abi import (
 from triton_nmp.errors import NMPCompilationError
 from triton_nmp.opclass import classify, region_class
 
+from . import codegen_matmul
 from .codegen_base import Site, _const, _i64, _op_label, _prod
 from .codegen_control import ControlFlowCodegen
 from .codegen_language import LanguageCodegen
@@ -408,11 +409,20 @@ class KernelCodegen(ControlFlowCodegen, MemoryCodegen, RuntimeCodegen, LanguageC
         n = bm.type.shape[-1]
         if len(a.type.shape) != 2:
             raise NotImplementedError("batched tl.dot (3-D operands)")
-        if self.timing_only:
-            self.count("macs", _i64(m * n * k))
-            self.trace(KIND_MATMUL, [m, n, k, dtype_code(a.type.elem)])
-            return
-        self.copy_tile(r, acc)
+        if not self.timing_only:
+            self.copy_tile(r, acc)
+            # Leading columns in register strips (codegen_matmul: same operations in the same order as
+            # the scalar nest, which covers the remaining columns).
+            first_col = 0
+            if codegen_matmul.eligible(a, bm, r) and self._elem_regs is None:
+                first_col = codegen_matmul.emit_strips(self, a, bm, r, m, n, k)
+            if first_col < n:
+                self._matmul_scalar(a, bm, r, m, n, k, first_col)
+        self.count("macs", _i64(m * n * k))
+        self.trace(KIND_MATMUL, [m, n, k, dtype_code(a.type.elem)])
+
+    def _matmul_scalar(self, a: Value, bm: Value, r: Value, m: int, n: int, k: int, first_col: int) -> None:
+        """r[:, first_col:] += a @ bm[:, first_col:], an i-k-j nest of scalar multiply-adds."""
         is_int = r.type.is_int
         b = self.b
 
@@ -434,13 +444,11 @@ class KernelCodegen(ControlFlowCodegen, MemoryCodegen, RuntimeCodegen, LanguageC
                         new = b.call(fma, [av, bv, cur])
                     self.store_elem(r, oi, new)
 
-                self.loop(n, col)
+                self.loop(n, col, first_col)
 
             self.loop(k, kk)
 
         self.loop(m, row)
-        self.count("macs", _i64(m * n * k))
-        self.trace(KIND_MATMUL, [m, n, k, dtype_code(a.type.elem)])
 
     def op_nmp_reduce(self, op: Op) -> None:
         if self.timing_only:

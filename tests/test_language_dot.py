@@ -9,7 +9,7 @@ import torch
 import triton
 import triton.language as tl
 
-from tests.test_language_harness import check_vs_interp, run_nmp
+from tests.test_language_harness import assert_same, check_vs_interp, run_nmp
 
 
 @triton.jit
@@ -103,3 +103,32 @@ def test_batched_int8_dot_is_exact() -> None:
     c = run_nmp(batched_int_dot_kernel, (1,), a, b, torch.zeros(B * M * N, dtype=torch.int32), B=B, M=M, N=N, K=K)[2]
     ref = torch.bmm(a.view(B, M, K).int(), b.view(B, K, N).int())
     assert torch.equal(c.view(B, M, N), ref)
+
+
+@pytest.mark.parametrize("dt", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("shape", [(32, 64, 16), (16, 8, 32), (16, 16, 8)])
+def test_dot_register_strips_are_bit_identical_to_the_scalar_nest(monkeypatch, tmp_path, dt, shape) -> None:
+    """backend/codegen_matmul: the fp32-accumulator dot keeps blocks of output columns in vector registers
+    across the k loop; the same fmuladds in the same order as the scalar i-k-j nest, so bit for bit its
+    results (with and without an accumulator operand, 1-4 vectors per strip)."""
+    from triton_nmp.backend import codegen_matmul
+
+    M, N, K = shape
+    a, b = _operands(dt, M, N, K, seed=3)
+    c = torch.empty(M * N, dtype=torch.float32)
+    monkeypatch.setattr(triton.knobs.compilation, "always_compile", True)
+    monkeypatch.setattr(triton.knobs.cache, "dir", str(tmp_path))  # the scalar build stays out of the cache
+    for acc in (False, True):
+        dot_kernel.device_caches.clear()  # the JIT's in-memory cache; always_compile skips the file cache
+        strips = run_nmp(dot_kernel, (1,), a, b, c, M, N, K, "ieee", acc, tl.float32)[2]
+        llir = list(dot_kernel.device_caches[0][0].values())[-1].asm["llir"]
+        assert "dot_k_body" in llir  # the strips were emitted (their k loop)
+        with monkeypatch.context() as m:
+            m.setattr(codegen_matmul, "eligible", lambda *_: False)
+            dot_kernel.device_caches.clear()
+            scalar = run_nmp(dot_kernel, (1,), a, b, c, M, N, K, "ieee", acc, tl.float32)[2]
+            assert "dot_k_body" not in list(dot_kernel.device_caches[0][0].values())[-1].asm["llir"]
+            dot_kernel.device_caches.clear()
+        assert_same(strips, scalar, what=f"{dt} {shape} acc={acc}")
+        ref = a.float().reshape(M, K) @ b.float().reshape(K, N) + (3 if acc else 0)
+        torch.testing.assert_close(strips.reshape(M, N), ref, atol=1e-3 * K, rtol=1e-3)
