@@ -25,6 +25,7 @@ import datetime
 import math
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -43,7 +44,8 @@ from triton.compiler import ASTSource
 from triton_nmp import examples as ex
 
 NVIDIA_TARGET = GPUTarget("cuda", 90, 32)
-GOAL_RATIO = 1.0  # nmp / nvidia: "no slower than Triton's own GPU backend"
+GOAL_RATIO = 0.8  # nmp / nvidia, geomean of the table (issue 11)
+FIRST_GOAL_RATIO = 2.0  # nmp / nvidia, the first compile in a fresh process (issue 11)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -191,6 +193,44 @@ def measure(kernel: Kernel, spec: Spec, reps: int) -> Result:
     return res
 
 
+def first_compile_worker(backend: str, kernel: str) -> int:
+    """In a fresh process: print the wall time (s) of its very first compile, on `backend`."""
+    warnings.filterwarnings("ignore", message="TRITON_DEFAULT_FP_FUSION is unset")
+    spec = capture_spec(next(k for k in KERNELS if k.name == kernel))
+    print(cold_compile(spec, targets()[backend]).seconds)
+    return 0
+
+
+def first_compile_line(kernel: Kernel, tgts: dict[str, GPUTarget], reps: int) -> str:
+    """The first compile in a process, per backend, each in fresh processes (alternating, median of
+    `reps`): what a user's first kernel costs. Both pay Triton's one-time hash of its own sources
+    (`triton_key`, measured here too); in one shared process only the first backend would."""
+    from triton.runtime.cache import triton_key
+
+    samples: dict[str, list[float]] = {b: [] for b in tgts}
+    for rep in range(reps):
+        for backend in list(tgts) if rep % 2 == 0 else list(tgts)[::-1]:
+            proc = subprocess.run(
+                [sys.executable, __file__, "--first-compile-worker", backend, "--kernels", kernel.name],
+                capture_output=True, text=True, timeout=600,
+            )
+            if proc.returncode != 0:
+                return f"first compile in a fresh process: {backend} failed: {proc.stderr.strip()[-500:]}"
+            samples[backend].append(float(proc.stdout.strip().splitlines()[-1]))
+    triton_key.cache_clear()
+    t0 = time.perf_counter()
+    triton_key()
+    key_s = time.perf_counter() - t0
+    first = {b: statistics.median(v) for b, v in samples.items()}
+    ratio = first["nmp"] / first["nvidia"]
+    return (
+        f"first compile in a fresh process ({kernel.name}, imports excluded, one-time initialisation included; "
+        f"median of {reps}, not in the table): " + ", ".join(f"{b} {ms(t)} ms" for b, t in first.items())
+        + f"; ratio nmp/nvidia {ratio:.2f} (<= {FIRST_GOAL_RATIO:g}: {'yes' if ratio <= FIRST_GOAL_RATIO else 'no'}); "
+        f"both include Triton's hash of its own sources (triton_key, {ms(key_s)} ms now)"
+    )
+
+
 # ----------------------------------------------------------------------------------------------
 # Report
 
@@ -220,7 +260,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="3 repetitions instead of 7")
     ap.add_argument("--reps", type=int, default=None, help="repetitions per kernel and backend (median reported)")
     ap.add_argument("--kernels", nargs="*", default=None, help=f"subset of {[k.name for k in KERNELS]}")
+    ap.add_argument("--first-compile-worker", metavar="BACKEND", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.first_compile_worker:
+        return first_compile_worker(args.first_compile_worker, args.kernels[0])
     reps = args.reps or (3 if args.quick else 7)
     kernels = [k for k in KERNELS if args.kernels is None or k.name in args.kernels]
     # Triton 3.9 warns once that TRITON_DEFAULT_FP_FUSION is unset; the default (fusion on) is what we measure.
@@ -240,17 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     specs = {k.name: capture_spec(k) for k in kernels}
-    # The very first compile in a process pays one-time costs (imports, LLVM initialisation, first ptxas run).
-    first: dict[str, str] = {}
-    for backend, tgt in tgts.items():
-        try:
-            first[backend] = ms(cold_compile(specs[kernels[0].name], tgt).seconds) + " ms"
-        except Exception as e:  # noqa: BLE001
-            first[backend] = f"failed ({type(e).__name__})"
-    print(
-        f"first compile in this process ({kernels[0].name}, one-time initialisation included, not in the table): "
-        + ", ".join(f"{b} {t}" for b, t in first.items())
-    )
+    print(first_compile_line(kernels[0], targets(), 1 if args.quick else 3))
     print()
 
     results: dict[str, Result] = {}
