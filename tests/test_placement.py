@@ -110,6 +110,26 @@ def test_signature_is_hashable_and_distinguishes_policies():
     assert placement_signature(d) == placement_signature(a)  # same policy, different tensor
 
 
+def test_views_that_fall_differently_on_the_banks_have_different_signatures():
+    """A config tuned for one view must not be served for another that reads other banks."""
+    banks = 64  # nmp-64
+    blocked = torch.zeros(64 * 1024)  # 256 KiB: 4 KiB per bank
+    place(blocked, "blocked")
+    first, second = blocked[:1024], blocked[1024:2048]
+    assert placement_signature(first) != placement_signature(second)
+    assert placement_signature(second) == (("blocked", None, None, "at", 4096, 256 * 1024),)
+    assert placement_signature(blocked) == (("blocked", None, None),)  # the whole range: as before
+    inter = torch.zeros(2 * banks * 256 + 512)
+    place(inter, "interleaved")  # 1 KiB chunks: the bank pattern repeats every 64 KiB
+    period = banks * 256  # floats in 64 KiB
+    assert placement_signature(inter[period:]) == placement_signature(inter[: inter.numel() - period])
+    assert placement_signature(inter[period:]) == (("interleaved", None, 1024),)
+    assert placement_signature(inter[256:]) == (("interleaved", None, 1024, "at", 1024),)
+    pinned = torch.zeros(4096)
+    place(pinned, bank=3)
+    assert placement_signature(pinned[100:]) == placement_signature(pinned) == (("bank", 3, None),)
+
+
 # ------------------------------------------------------------------------------ bank mapping
 
 

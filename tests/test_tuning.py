@@ -375,6 +375,27 @@ def test_placement_change_retunes_and_is_keyed_separately(data, tmp_path):
     assert bench.calls == 4 and fresh.last_lookup.source == "disk"
 
 
+def test_views_at_different_bank_offsets_are_tuned_and_keyed_separately(tmp_path):
+    """Two halves of one blocked tensor read different banks: the second must not be served the first's
+    entry (it was, when the key held only the layout's policy)."""
+    torch.manual_seed(0)
+    half = N // 2
+    x, y, out = torch.randn(N), torch.randn(N), torch.empty(N)
+    for t in (x, y, out):
+        place(t, "blocked")
+    bench = CountingBench()
+    kernel = autotune(_space(), key=["n"], top_k=2, model=fake_model, cache=tmp_path / "c", do_bench=bench)(tuned_shift)
+    kernel[grid](x[:half], y[:half], out[:half], half)
+    assert bench.calls == 2
+    kernel[grid](x[half:], y[half:], out[half:], half)
+    assert bench.calls == 4 and kernel.last_lookup.source == "tuned"
+    check(out[half:], x[half:], y[half:], kernel)
+    kernel[grid](x[half:], y[half:], out[half:], half)
+    assert bench.calls == 4 and kernel.last_lookup.source == "memory"
+    keys = sorted(str(e.key.placements["x_ptr"]) for e in TuningCache(tmp_path / "c").entries())
+    assert len(keys) == 2 and "at" in keys[0] + keys[1]
+
+
 def test_real_measurements_pick_a_winner_and_compile_errors_time_as_inf(data, tmp_path):
     """Measured on the simulator; a config the compiler refuses (legality pruning disabled by the
     user's own early_config_prune) is timed as inf and recorded, not raised."""

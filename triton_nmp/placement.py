@@ -284,7 +284,8 @@ def decisions() -> list[Decision]:
 
 
 def placement_signature(*tensors: Any) -> tuple[Any, ...]:
-    """Hashable summary of the tensors' placements for tuning keys; non-tensors give None."""
+    """Hashable summary of the tensors' placements for tuning keys; non-tensors give None. A view of a
+    placed range carries where it falls on the banks (`Placement.view_signature`)."""
     import torch
 
     out: list[Any] = []
@@ -295,7 +296,8 @@ def placement_signature(*tensors: Any) -> tuple[Any, ...]:
                 out.append((_default_policy, None, None) if _default_policy == "auto"
                            else placement_of(t.data_ptr(), extent_bytes(t)).signature())
             else:
-                out.append(found.signature())
+                view = found.view_signature(t.data_ptr() - found.origin, extent_bytes(t), active_target().num_pus)
+                out.append(found.signature() + view)
         else:
             out.append(None)
     return tuple(out)

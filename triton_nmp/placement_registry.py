@@ -161,6 +161,18 @@ class Placement:
         never served for another; only a tensor whose layout is still open reads as "auto"."""
         return (self.policy, self.bank, self.granularity)
 
+    def view_signature(self, position: int, nbytes: int, num_banks: int) -> tuple[Any, ...]:
+        """`signature()` of a view whose first byte sits `position` bytes into the placed range and spans
+        `nbytes`: where the view falls on the banks is part of its timing, so two views that fall
+        differently must not share a tuning entry. Empty for the whole range (and for views whose banks
+        repeat the whole range's: interleaved at a multiple of granularity x banks; one bank; replicated)."""
+        if self.policy == "interleaved":
+            at = position % (int(self.granularity or DEFAULT_GRANULARITY) * num_banks)
+            return ("at", at) if at else ()
+        if self.policy == "blocked" and (position, nbytes) != (0, int(self.extent)):
+            return ("at", position, int(self.extent))
+        return ()
+
     def layout_signature(self) -> tuple[Any, ...]:
         """The layout itself, chosen or requested."""
         return (self.policy, self.bank, self.granularity)
