@@ -221,6 +221,9 @@ class NMPBackend(BaseBackend):
         metadata["nmp_spill_bytes"] = ctx.spill.area_bytes if ctx.spill is not None else 0
         metadata["nmp_spilled"] = [t.describe() for t in ctx.spill.tiles] if ctx.spill is not None else []
         metadata["nmp_grid_pipeline"], metadata["nmp_grid_pipeline_reason"] = ctx.grid_pipeline
+        # A grid-pipelined kernel keeps a second copy of its tiles in the upper half of the scratchpad while
+        # the next program's loads and this one's stores are in flight: the PU uses both copies.
+        metadata["nmp_spm_pu_bytes"] = ctx.plan.peak_bytes * (2 if ctx.grid_pipeline[0] else 1)
         register_kernel(metadata.get("hash", ""), nmp.kernel)  # its static footprint feeds placement
         return NMPIR(nmp, ctx.plan, ctx.spill)
 

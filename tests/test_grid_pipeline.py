@@ -62,6 +62,26 @@ def test_row_kernels_are_pipelined_and_compute_the_same(launches):
     assert dma.size and np.all(dma[:, 7] & FLAG_GRID_PIPELINED)
 
 
+def test_the_profile_counts_both_copies_of_a_pipelined_kernels_tiles(launches):
+    """The second copies live in the upper half of the scratchpad: a PU uses twice the plan's peak."""
+    import triton_nmp
+
+    x = torch.randn(300, 200)
+    with triton_nmp.profile() as prof:
+        ex.softmax(x)
+    metadata, _, _ = launches[-1]
+    peak = _meta(metadata, "nmp_spm_bytes")
+    assert _meta(metadata, "nmp_grid_pipeline") is True and peak > 0
+    assert _meta(metadata, "nmp_spm_pu_bytes") == 2 * peak
+    assert prof.launches[-1].spm_peak_bytes == 2 * peak
+    total = torch.zeros(1, dtype=torch.int32)
+    with triton_nmp.profile() as prof:
+        _count_positive[(4,)](torch.randn(4096), total, 4096, BLOCK=1024)
+    metadata, _, _ = launches[-1]
+    assert _meta(metadata, "nmp_grid_pipeline") is False
+    assert prof.launches[-1].spm_peak_bytes == _meta(metadata, "nmp_spm_bytes") == _meta(metadata, "nmp_spm_pu_bytes")
+
+
 def test_kernels_whose_programs_depend_on_memory_are_not_pipelined(launches):
     x = torch.randn(4096)
     total = torch.zeros(1, dtype=torch.int32)

@@ -42,7 +42,7 @@ class LaunchRecord:
     bytes_local: int
     bytes_remote: int
     flops: int
-    spm_peak_bytes: int
+    spm_peak_bytes: int  # scratchpad in use on a PU: the plan's peak, twice under the grid pipeline
     roofline_seconds: float
     host_seconds: float  # wall time of the native run on the host (not simulated)
     counters: dict[str, int]
@@ -83,7 +83,9 @@ class LaunchRecord:
     @classmethod
     def from_resolved(cls, r: ResolvedLaunch) -> LaunchRecord:
         launch, t = r.launch, r.timing
-        spm = metadata_value(launch.metadata, "nmp_spm_bytes", None)
+        spm = metadata_value(launch.metadata, "nmp_spm_pu_bytes", None)  # both copies under the grid pipeline
+        if spm is None:
+            spm = metadata_value(launch.metadata, "nmp_spm_bytes", None)
         if spm is None:
             spm = metadata_value(launch.metadata, "shared", 0) or 0
         return cls(
