@@ -58,9 +58,13 @@ vectorised over records with numpy: no Python loop runs per record or per progra
    or after p mod P), but no PU takes more than ceil(n / P) + LOCALITY_SLACK (= 0) programs; the
    overflow, in program order, fills the least-loaded PUs' free slots. No slack because in the wave
    model (item 7) one extra program on one PU costs a whole wave, more than the remote reads it
-   would save.  auto (the default): the locality mapping and round_robin are both scheduled and
-   the faster is kept (ties: round_robin), so auto is never slower than round robin;
-   `extra["auto_choice"]` says which. The launcher passes auto only for launches whose footprint
+   would save.  auto (the default): round_robin, the locality mapping and, for grids of at most
+   BALANCED_MAX_PROGRAMS_PER_PU (= 32) programs per PU, a weighted locality mapping (owner computes,
+   then programs leave the busiest PU while that shortens its load, each program costed where it would
+   run: its bytes in that PU's bank at the local rate, the others at the remote rate; no count cap, so
+   the owners of a tensor held by fewer banks than PUs read it themselves when a remote read would
+   cost more than the programs they queue) are all scheduled and the fastest is kept (ties: the earlier
+   of that list), so auto is never slower than round robin; `extra["auto_choice"]` says which. The launcher passes auto only for launches whose footprint
    is static (`triton_nmp.footprint`: the trace predicted from nmpir without running is exact, so
    the mapping could have been chosen before the run); data-dependent launches fall back to
    round_robin, with the reason in the profile.
@@ -287,12 +291,7 @@ def _map_programs(mapping: str, n: int, P: int, owner_bytes: np.ndarray | None, 
     rr = ids % P
     if owner_bytes is None or owner_bytes.size == 0:
         return rr
-    # among the banks holding the most bytes (all of them for a program without DMAs) take the first
-    # at or after p mod P, so ties spread like round_robin instead of piling onto bank 0: argmax (first
-    # maximum) of each row rotated left by p mod P
-    doubled = np.concatenate([owner_bytes, owner_bytes], axis=1)
-    rotated = np.lib.stride_tricks.sliding_window_view(doubled, P, axis=1)[ids, rr]
-    owner = (np.argmax(rotated, axis=1) + rr) % P
+    owner = _owners(owner_bytes, P)
     cap = -(-n // P) + LOCALITY_SLACK
     order = np.argsort(owner, kind="stable")
     counts = np.bincount(owner, minlength=P)
@@ -307,6 +306,54 @@ def _map_programs(mapping: str, n: int, P: int, owner_bytes: np.ndarray | None, 
         slots = slot_pu[np.lexsort((slot_pu, slot_level))]
         owner = owner.copy()
         owner[over] = slots[: over.size]
+    return owner
+
+
+def _owners(owner_bytes: np.ndarray, P: int) -> np.ndarray:
+    """Per program, the bank holding most of its bytes: among the banks holding the most (all of them for
+    a program without DMAs) the first at or after p mod P, so ties spread like round_robin instead of
+    piling onto bank 0: argmax (first maximum) of each row rotated left by p mod P."""
+    n = owner_bytes.shape[0]
+    ids = np.arange(n, dtype=np.int64)
+    rr = ids % P
+    doubled = np.concatenate([owner_bytes, owner_bytes], axis=1)
+    rotated = np.lib.stride_tricks.sliding_window_view(doubled, P, axis=1)[ids, rr]
+    return (np.argmax(rotated, axis=1) + rr) % P
+
+
+BALANCED_MAX_PROGRAMS_PER_PU = 32  # the weighted locality mapping is tried for grids up to this many per PU
+
+
+def _weighted_locality(owner_bytes: np.ndarray, P: int, local_bw: float, remote_bw: float) -> np.ndarray:
+    """Owner computes with loads weighted by what a program costs where it runs (item 6, "auto").
+
+    Every program starts on its owner PU (`_owners`); its cost on PU q is its bytes in bank q at the local
+    rate plus the rest at the remote rate. Then, while it shortens the busiest PU's load, one of that PU's
+    programs moves to the PU where it would end earliest. Unlike the count cap of "locality", a PU may
+    run more programs than ceil(n / P) when a remote program costs more than the local ones it queues
+    behind: a weight whose row blocks sit in fewer banks than there are PUs (laid out for another kernel's
+    tiles) is read locally by those banks' PUs instead of at the remote rate by idle ones."""
+    owner = _owners(owner_bytes, P).copy()
+    total = owner_bytes.sum(axis=1)
+    cost = total[:, None] / remote_bw - owner_bytes * (1.0 / remote_bw - 1.0 / local_bw)  # [program, PU]
+    n = owner.size
+    load = np.bincount(owner, weights=cost[np.arange(n), owner], minlength=P)
+    for _ in range(n):
+        h = int(np.argmax(load))
+        mine = np.flatnonzero(owner == h)
+        if mine.size <= 1:
+            break
+        there = load[None, :] + cost[mine]  # [program of h, destination PU]
+        there[:, h] = np.inf
+        dest = np.argmin(there, axis=1)
+        after = np.maximum(load[h] - cost[mine, h], there[np.arange(mine.size), dest])
+        i = int(np.argmin(after))
+        if after[i] >= load[h] * (1.0 - 1e-9):
+            break
+        p, d = int(mine[i]), int(dest[i])
+        load[h] -= cost[p, h]
+        load[d] += cost[p, d]
+        owner[p] = d
     return owner
 
 
@@ -621,11 +668,20 @@ def simulate_timing(
     owner = _map_programs("locality", n, P, owner_bytes, seed)
     best = _schedule_launch(rr, mapping)
     best.extra["auto_choice"] = "round_robin"
-    if not np.array_equal(owner, rr):
-        other = _schedule_launch(owner, mapping)
+    tried = [rr]
+    candidates = [(owner, "locality")]
+    if n <= BALANCED_MAX_PROGRAMS_PER_PU * P and owner_bytes is not None and owner_bytes.size:
+        remote_bw = min(spec.remote_read_bytes_per_cycle, spec.noc_link_bytes_per_cycle)
+        candidates.append((_weighted_locality(owner_bytes, P, spec.bank_bytes_per_cycle, remote_bw),
+                           "weighted locality"))
+    for pu, name in candidates:
+        if any(np.array_equal(pu, t) for t in tried):
+            continue
+        tried.append(pu)
+        other = _schedule_launch(pu, mapping)
         if other.cycles < best.cycles:
             best = other
-            best.extra["auto_choice"] = "locality"
+            best.extra["auto_choice"] = name
     return best
 
 

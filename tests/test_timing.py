@@ -263,6 +263,27 @@ def test_locality_mapping_follows_the_data_and_stays_balanced():
     assert np.array_equal(grid.program_pu, t.program_pu)  # linear program id = x + gx * (y + gy * z)
 
 
+def test_auto_mapping_weighs_remote_reads_against_extra_programs():
+    """A weight laid out in fewer banks than PUs (row blocks of 64 rows, 36 banks, as a prefill's tiles left it)
+    read by 144 programs of 16 rows (a decode GEMV): the count cap of "locality" sends one program of each
+    bank to an idle PU at the remote rate; the weighted mapping keeps what the owner can read sooner itself."""
+    n, size = 144, 24576
+    w = buf("w", n * size, gran=4 * size)
+    trace = [r for p in range(n) for r in (load(p, 0, p * size, size), rec(MATMUL, p, 1, 16, 768, FP16))]
+    auto = sim(trace, (n,), [w], mapping="auto")
+    loc = sim(trace, (n,), [w], mapping="locality")
+    rr = sim(trace, (n,), [w], mapping="round_robin")
+    assert auto.extra["auto_choice"] == "weighted locality"
+    assert auto.cycles < loc.cycles < rr.cycles
+    assert np.bincount(auto.program_pu, minlength=64).max() > -(-n // 64)  # past the count cap
+    assert auto.bytes_remote < loc.bytes_remote
+    again = sim(trace, (n,), [w], mapping="auto")
+    assert np.array_equal(again.program_pu, auto.program_pu) and again.cycles == auto.cycles
+    # data every bank holds its share of: the plain mappings already balance, the weighted one changes nothing
+    even = sim(trace, (n,), [buf("w", n * size, gran=size)], mapping="auto")
+    assert even.extra["auto_choice"] in ("round_robin", "locality") and even.bytes_remote == 0
+
+
 # ----------------------------------------------------------------------------- replication
 
 
