@@ -64,10 +64,10 @@ vectorised over records with numpy: no Python loop runs per record or per progra
    run: its bytes in that PU's bank at the local rate, the others at the remote rate; no count cap, so
    the owners of a tensor held by fewer banks than PUs read it themselves when a remote read would
    cost more than the programs they queue) are all scheduled and the fastest is kept (ties: the earlier
-   of that list), so auto is never slower than round robin; `extra["auto_choice"]` says which. The launcher passes auto only for launches whose footprint
-   is static (`triton_nmp.footprint`: the trace predicted from nmpir without running is exact, so
-   the mapping could have been chosen before the run); data-dependent launches fall back to
-   round_robin, with the reason in the profile.
+   of that list), so auto is never slower than round robin; `extra["auto_choice"]` says which.
+   The launcher passes auto only for launches whose footprint is static (`triton_nmp.footprint`:
+   the trace predicted from nmpir without running is exact, so the mapping could have been chosen
+   before the run); data-dependent launches fall back to round_robin, with the reason in the profile.
 
 7. Concurrency and contention, in waves: each PU runs its programs back to back in program order, in
    groups of issue_threads [1] (item 8); wave k holds the k-th group of every PU, which run
