@@ -9,6 +9,7 @@ import triton
 import triton.language as tl
 
 import triton_nmp
+from triton_nmp import auto_layout
 from triton_nmp import examples as ex
 from triton_nmp.placement import (
     NMPPlacementError,
@@ -161,6 +162,40 @@ def test_a_launch_touching_few_bytes_of_a_tensor_lays_it_out_provisionally():
     assert [t.kind for t in prof.transfers if t.nbytes == x.numel() * 4] == ["relayout"]
     _run(lambda: _copy_rows_kernel[(2,)](x, torch.empty(2, 256), BLOCK=256))
     assert lookup(x.data_ptr(), x.numel() * 4) == settled  # settled: a sparse launch does not move it again
+
+
+@triton.jit
+def _matvec_rows_kernel(v_ptr, w_ptr, out_ptr, N: tl.constexpr):
+    pid = tl.program_id(0)
+    cols = tl.arange(0, N)
+    tl.store(out_ptr + pid, tl.sum(tl.load(v_ptr + cols) * tl.load(w_ptr + pid * N + cols)))
+
+
+def test_a_small_written_vector_is_spread_over_every_bank_for_the_kernels_that_read_it():
+    # a one-program kernel writes a 2 KiB vector (a decode step's activation), then 128 programs each read all of
+    # it (a GEMV's programs): spread over the 64 banks, no bank serves more than its share to the readers
+    n, rows = 512, 128
+    spec = active_target()
+    a = torch.randn(n)
+    v = ex.add(a, torch.randn(n), block=n)
+    pl = lookup(v.data_ptr(), n * 4)
+    assert pl.policy == "blocked" and n * 4 <= auto_layout.SPREAD_BYTES_PER_BANK * spec.num_pus
+    assert any("spread over every bank" in d.why for d in decisions())
+    w = torch.randn(rows, n)
+    out = torch.empty(rows)
+    prof, _ = _run(lambda: _matvec_rows_kernel[(rows,)](v, w, out, N=n))
+    torch.testing.assert_close(out, w @ v, rtol=1e-4, atol=1e-4)
+    spread = prof.launches[-1].timing
+    # per bank: each reader's share of the vector (2 KiB / 64 banks), W's share, a few bytes of out
+    assert spread.bank_bytes.max() <= rows * (n * 4 // spec.num_pus) + w.numel() * 4 / spec.num_pus + 256
+    # the same vector in the default interleaving (two 1 KiB chunks): two banks serve all 128 readers
+    v2 = v.clone()
+    place(v2, "interleaved")
+    prof, _ = _run(lambda: _matvec_rows_kernel[(rows,)](v2, w, out, N=n))
+    hot = prof.launches[-1].timing
+    assert hot.bank_bytes.max() >= rows * 1024 and hot.device_cycles > spread.device_cycles
+    # a small tensor the launch only reads keeps its footprint-aligned layout
+    assert lookup(a.data_ptr(), n * 4).policy == "interleaved"
 
 
 def test_relayout_is_charged_over_the_mesh_and_a_repeat_is_free():

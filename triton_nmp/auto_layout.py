@@ -22,6 +22,11 @@ that runs it, with every PU running its share of the programs:
    the timing model's auto mapping from the placed layouts (owner computes, balanced, never slower
    than round robin), and `choose_checked` keeps the layouts only if the timing model finds the
    launch no slower than with the default interleaving.
+3. A small tensor the launch writes (at most `SPREAD_BYTES_PER_BANK` per bank if spread over all of them: a
+   decode step's activation vector) is spread over every bank ("blocked"), whatever suits its writer: the
+   kernels after it read it from every PU (each program of a GEMV reads the whole vector), and a vector
+   held by one or two banks makes them the hot spot of every such reader, while its writer pays a few
+   remote stores. `choose_checked` does not revert it (its check compares the other choices).
 
 A launch that moves less than `SETTLE_FRACTION` of a tensor's bytes (an embedding lookup of a few rows
 of a table, the write of one position of a KV cache), like one whose footprint is not static, lays the
@@ -47,11 +52,18 @@ from triton_nmp.placement import DEFAULT_GRANULARITY, Placement
 from triton_nmp.target import TargetSpec
 
 __all__ = ["LayoutChoice", "choose_layouts", "choose_checked", "layouts_per_reference", "candidate_layouts",
-           "moves_most_of", "REFERENCE_MAPPINGS", "REPLICATE_MAX_BANK_FRACTION", "SETTLE_FRACTION"]
+           "moves_most_of", "REFERENCE_MAPPINGS", "REPLICATE_MAX_BANK_FRACTION", "SETTLE_FRACTION",
+           "SPREAD_BYTES_PER_BANK", "spread_written"]
 
 REFERENCE_MAPPINGS = ("round_robin", "blocked")
 REPLICATE_MAX_BANK_FRACTION = 1 / 8
 SETTLE_FRACTION = 1 / 2
+SPREAD_BYTES_PER_BANK = 256
+
+
+def spread_written(nbytes: int, spec: TargetSpec) -> bool:
+    """Whether a tensor of `nbytes` that a launch writes is spread over every bank (rule 3)."""
+    return nbytes <= SPREAD_BYTES_PER_BANK * spec.num_pus
 
 
 @dataclass(frozen=True)
@@ -59,6 +71,7 @@ class LayoutChoice:
     placement: Placement
     reason: str
     loaded: bool  # the kernel reads the tensor (so its host data must be written into the banks)
+    spread: bool = False  # rule 3: a small written tensor spread over every bank, whatever suits this launch
 
 
 def _reference(mapping: str, n: int, P: int) -> np.ndarray:
@@ -195,8 +208,10 @@ def layouts_per_reference(trace: np.ndarray, n: int, args: list[Any], todo: dict
                 per_ref[m][a] = LayoutChoice(Placement("replicated", None, None, nbytes, ptr), why, loaded)
                 ld.add(ld.delta(np.zeros((n, P)), per_prog))
             continue
-        fbs = [(c, footprint_bank_bytes(recs, n, [None] * a + [ArgBuffer("", ptr, nbytes, c)], spec))
-               for c in candidate_layouts(recs, n, nbytes, ptr, spec)]
+        spread = stored and spread_written(nbytes, spec)
+        layouts = ([Placement("blocked", None, None, nbytes, ptr)] if spread
+                   else candidate_layouts(recs, n, nbytes, ptr, spec))
+        fbs = [(c, footprint_bank_bytes(recs, n, [None] * a + [ArgBuffer("", ptr, nbytes, c)], spec)) for c in layouts]
         moved = max(float(fbs[0][1].sum()), 1.0)
         for m, ld in loads.items():
             scored = [(ld.cost(ld.delta(fb)), k) for k, (_, fb) in enumerate(fbs)]
@@ -205,9 +220,14 @@ def layouts_per_reference(trace: np.ndarray, n: int, args: list[Any], todo: dict
             d = ld.delta(fb)
             ld.add(d)
             local = float(fb[np.arange(n), ld.ref].sum())
-            why = (f"footprint-aligned: {100 * local / moved:.0f}% of the bytes its programs move are in the bank "
-                   f"of their PU under a {m}-like mapping (best of {len(fbs)} candidate layouts by PU and bank load)")
-            per_ref[m][a] = LayoutChoice(best, why, loaded)
+            if spread:
+                why = (f"spread over every bank: a small tensor this launch writes ({nbytes} B), which later kernels "
+                       f"read from every PU; in one or two banks it would be the hot spot of each of them")
+            else:
+                why = (f"footprint-aligned: {100 * local / moved:.0f}% of the bytes its programs move are in the "
+                       f"bank of their PU under a {m}-like mapping (best of {len(fbs)} candidate layouts by PU and "
+                       f"bank load)")
+            per_ref[m][a] = LayoutChoice(best, why, loaded, spread)
     return per_ref, {m: ld.cost() for m, ld in loads.items()}
 
 
@@ -226,8 +246,9 @@ def choose_checked(trace: np.ndarray, grid: tuple[int, int, int], args: list[Any
         return {}
     if not chosen:
         return chosen
-    default = {a: LayoutChoice(Placement("interleaved", None, DEFAULT_GRANULARITY, todo[a][1], todo[a][0]),
-                               "", c.loaded) for a, c in chosen.items()}
+    kept = {a: c for a, c in chosen.items() if c.spread}
+    default = {a: kept.get(a) or LayoutChoice(Placement("interleaved", None, DEFAULT_GRANULARITY, todo[a][1],
+                                                        todo[a][0]), "", c.loaded) for a, c in chosen.items()}
 
     def cycles(choice: dict[int, LayoutChoice]) -> float:
         full = list(args) + [None] * max(0, max(choice) + 1 - len(args))
@@ -243,4 +264,4 @@ def choose_checked(trace: np.ndarray, grid: tuple[int, int, int], args: list[Any
         return chosen
     why = (f"default interleaving: the footprint-aligned layouts would take {mine:.0f} cycles against "
            f"{theirs:.0f} (timing model on the predicted trace)")
-    return {a: LayoutChoice(c.placement, why, c.loaded) for a, c in default.items()}
+    return {a: kept.get(a) or LayoutChoice(c.placement, why, c.loaded) for a, c in default.items()}
