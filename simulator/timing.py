@@ -59,12 +59,15 @@ vectorised over records with numpy: no Python loop runs per record or per progra
    overflow, in program order, fills the least-loaded PUs' free slots. No slack because in the wave
    model (item 7) one extra program on one PU costs a whole wave, more than the remote reads it
    would save.  auto (the default): round_robin, the locality mapping and, for grids of at most
-   BALANCED_MAX_PROGRAMS_PER_PU (= 32) programs per PU, a weighted locality mapping (owner computes,
-   then programs leave the busiest PU while that shortens its load, each program costed where it would
-   run: its bytes in that PU's bank at the local rate, the others at the remote rate; no count cap, so
-   the owners of a tensor held by fewer banks than PUs read it themselves when a remote read would
-   cost more than the programs they queue) are all scheduled and the fastest is kept (ties: the earlier
-   of that list), so auto is never slower than round robin; `extra["auto_choice"]` says which.
+   BALANCED_MAX_PROGRAMS_PER_PU (= 32) programs per PU, two owner-computes mappings without the count
+   cap, "owner" (every program on the PU whose bank holds most of its bytes) and "weighted locality"
+   (from there, programs leave the busiest PU while that shortens its load, each program costed where
+   it would run: its bytes in that PU's bank at the local rate, the others at the remote rate), are
+   all scheduled and the fastest is kept (ties: the earlier of that list), so auto is never slower
+   than round robin; `extra["auto_choice"]` says which. The uncapped ones win when a tensor sits in
+   fewer banks than there are PUs (a weight laid out for another kernel's tiles): its owners read it
+   themselves instead of idle PUs reading it at the remote rate, and the wave model weighs the extra
+   programs they queue against the remote reads they save.
    The launcher passes auto only for launches whose footprint is static (`triton_nmp.footprint`:
    the trace predicted from nmpir without running is exact, so the mapping could have been chosen
    before the run); data-dependent launches fall back to round_robin, with the reason in the profile.
@@ -672,6 +675,7 @@ def simulate_timing(
     candidates = [(owner, "locality")]
     if n <= BALANCED_MAX_PROGRAMS_PER_PU * P and owner_bytes is not None and owner_bytes.size:
         remote_bw = min(spec.remote_read_bytes_per_cycle, spec.noc_link_bytes_per_cycle)
+        candidates.append((_owners(owner_bytes, P), "owner"))
         candidates.append((_weighted_locality(owner_bytes, P, spec.bank_bytes_per_cycle, remote_bw),
                            "weighted locality"))
     for pu, name in candidates:
