@@ -59,7 +59,7 @@ vectorised over records with numpy: no Python loop runs per record or per progra
    overflow, in program order, fills the least-loaded PUs' free slots. No slack because in the wave
    model (item 7) one extra program on one PU costs a whole wave, more than the remote reads it
    would save.  auto (the default): round_robin, the locality mapping and, for grids of at most
-   BALANCED_MAX_PROGRAMS_PER_PU (= 32) programs per PU, two owner-computes mappings without the count
+   UNCAPPED_MAX_PROGRAMS_PER_PU (= 32) programs per PU, two owner-computes mappings without the count
    cap, "owner" (every program on the PU whose bank holds most of its bytes) and "weighted locality"
    (from there, programs leave the busiest PU while that shortens its load, each program costed where
    it would run: its bytes in that PU's bank at the local rate, the others at the remote rate), are
@@ -324,7 +324,7 @@ def _owners(owner_bytes: np.ndarray, P: int) -> np.ndarray:
     return (np.argmax(rotated, axis=1) + rr) % P
 
 
-BALANCED_MAX_PROGRAMS_PER_PU = 32  # the weighted locality mapping is tried for grids up to this many per PU
+UNCAPPED_MAX_PROGRAMS_PER_PU = 32  # the uncapped owner mappings are tried for grids up to this many per PU
 
 
 def _weighted_locality(owner_bytes: np.ndarray, P: int, local_bw: float, remote_bw: float) -> np.ndarray:
@@ -673,7 +673,7 @@ def simulate_timing(
     best.extra["auto_choice"] = "round_robin"
     tried = [rr]
     candidates = [(owner, "locality")]
-    if n <= BALANCED_MAX_PROGRAMS_PER_PU * P and owner_bytes is not None and owner_bytes.size:
+    if n <= UNCAPPED_MAX_PROGRAMS_PER_PU * P and owner_bytes is not None and owner_bytes.size:
         remote_bw = min(spec.remote_read_bytes_per_cycle, spec.noc_link_bytes_per_cycle)
         candidates.append((_owners(owner_bytes, P), "owner"))
         candidates.append((_weighted_locality(owner_bytes, P, spec.bank_bytes_per_cycle, remote_bw),
