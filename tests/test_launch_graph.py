@@ -171,3 +171,24 @@ def test_torch_compile_reduce_overhead_replays_the_compiled_graph():
     record = triton_nmp.inductor.compiled_graphs()[-2]
     assert record.mode == "reduce-overhead"
     assert "launch graph: 1 replays, 0 diverged" in record.summary()
+
+
+def test_greedy_generation_under_reduce_overhead_gives_eagers_tokens_and_replays_every_decode_step():
+    import copy
+
+    from triton_nmp.llm import build, greedy_generate
+
+    torch._dynamo.reset()
+    model = build("llama-tiny", torch.float16, std=0.3)
+    twin = copy.deepcopy(model)
+    compiled = torch.compile(twin, backend="nmp", mode="reduce-overhead")
+    prompt = torch.randint(0, model.cfg.vocab, (1, 12), generator=torch.Generator().manual_seed(1))
+    want = greedy_generate(model, model, prompt, 6)
+    got = greedy_generate(twin, compiled, prompt, 6)
+    assert got.tokens == want.tokens and len(set(want.tokens)) > 2
+    for g, w in zip(got.decode_logits, want.decode_logits):
+        torch.testing.assert_close(g, w, atol=5e-2, rtol=5e-2)
+    decode = triton_nmp.inductor.compiled_graphs()[-1]
+    assert decode.launch_graph is not None and not decode.launch_graph.reason
+    # 6 decode steps: warm-up, capture, then replays, none diverging
+    assert (decode.launch_graph.replays, decode.launch_graph.diverged) == (3, 0), decode.summary()
