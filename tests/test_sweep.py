@@ -257,6 +257,28 @@ def test_nmp_autotune_benchmarks_on_the_configured_engine(tmp_path, configured):
     assert entry_times(cache) == entry_times(ref_cache)
 
 
+def test_tuning_on_the_engine_leaves_the_callers_tensors_where_they_are(tmp_path, configured):
+    """Shipping a live launch to workers must not move the caller's storage (pickling a tensor for another
+    process moves it to shared memory in place): before, a tensor placed "blocked" came back unplaced and was
+    laid out again by the auto policy, charged as a host write."""
+    from triton_nmp.placement import placement_of
+    from triton_nmp.placement_registry import extent_bytes
+
+    x, y, out = torch.randn(N), torch.randn(N), torch.empty(N)
+    for t in (x, y, out):
+        triton_nmp.place(t, "blocked")
+    ptrs = [t.data_ptr() for t in (x, y, out)]
+    tuner = triton_nmp.autotune(sk.SCALE_ADD_SPACE, key=["n"], top_k=1.0, cache=TuningCache(tmp_path / "c"))(
+        sk.scale_add_kernel)
+    with triton_nmp.profile() as prof:
+        tuner[lambda m: (triton.cdiv(N, m["BLOCK"]),)](x, y, out, N, 0.5)
+    torch.testing.assert_close(out, 0.5 * x + y)
+    assert len(prof.launches) == 1  # the candidates ran on the workers
+    assert [t.data_ptr() for t in (x, y, out)] == ptrs and not any(t.is_shared() for t in (x, y, out))
+    assert [placement_of(t.data_ptr(), extent_bytes(t)).policy for t in (x, y, out)] == ["blocked"] * 3
+    assert prof.transfers == []
+
+
 def test_stock_autotune_reads_sweep_entries_and_uses_the_engine(tmp_path, configured):
     from triton_nmp.sweep import set_engine
 

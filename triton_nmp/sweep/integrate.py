@@ -58,7 +58,9 @@ def _layout_spec(named: dict[str, Any]) -> PlacementSpec:
 
 def live_case(tuner: Any, configs: list[triton.Config], named_args: dict[str, Any],
               kwargs: dict[str, Any]) -> KernelCase | str:
-    """The launch as a sweep case, or why it cannot be shipped to workers."""
+    """The launch as a sweep case (holding copies of its tensors), or why it cannot be shipped to workers."""
+    import torch
+
     from triton_nmp.tuning.context import LAUNCH_KWARGS, kernel_meta, resolve_grid
 
     if any(c.pre_hook for c in configs):
@@ -69,7 +71,11 @@ def live_case(tuner: Any, configs: list[triton.Config], named_args: dict[str, An
         ref = KernelRef.of(tuner.fn)
     except NMPSweepError as exc:
         return str(exc)
-    args = {**named_args, **{k: v for k, v in kwargs.items() if k not in LAUNCH_KWARGS}}
+    # Copies, not the caller's tensors: shipping a tensor to a worker process moves its storage into shared
+    # memory in place, which would change the caller's data_ptr (and so lose its placement: a tensor placed
+    # "blocked" came back unplaced and was laid out again, charged).
+    args = {k: v.detach().clone() if isinstance(v, torch.Tensor) else v
+            for k, v in {**named_args, **{k: v for k, v in kwargs.items() if k not in LAUNCH_KWARGS}}.items()}
     grids = [tuple(resolve_grid(kwargs.get("grid"), kernel_meta(tuner.fn, named_args, kwargs, c))) for c in configs]
     return KernelCase(ref.attr.rpartition(".")[2], ref, args, [config_record(c) for c in configs],
                       list(getattr(tuner, "keys", [])), None, grids, 0, tuner)
@@ -84,7 +90,7 @@ def measure_on_engine(engine: Engine, tuner: Any, configs: list[triton.Config], 
                          f"benchmarking in process")
         return None
     spec = active_target()
-    placement = _layout_spec(case.args)
+    placement = _layout_spec(named_args)  # the caller's tensors' layouts (the case holds copies)
     cid = digest([case.kernel.label(), case.configs, case.grids, os.getpid(), id(case)])
     payload = Payload(cid, {cid: case}, {spec.hash(): spec.to_toml()}, {placement.label(): placement}, False)
     tasks = [Task(digest([cid, i]), cid, spec.hash(), placement.label(), i, case.grids[i])
