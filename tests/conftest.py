@@ -1,7 +1,14 @@
 """Fixtures shared by the tests: the simulated clock (benchmarker, profiler), the grids a test launches,
-and the nmpir round trip every kernel the test suite compiles goes through."""
+the nmpir round trip every kernel the test suite compiles goes through, and Inductor caches of the session's
+own (`fresh_inductor` for a test that checks what Inductor selects or benchmarks)."""
 
 from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,6 +20,42 @@ from triton_nmp.driver.device import clock
 from .ir_harness import assert_round_trip
 
 N, BLOCK = 4096, 256
+
+_inductor_dir: str | None = None
+_inductor_env_before: str | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The session compiles with Inductor caches of its own: Inductor's default dir (/tmp/torchinductor_<user>)
+    is shared by every run on the machine, so a graph or an autotune result another run cached there would let
+    a compile skip the work a test checks. Processes the tests start inherit the dir."""
+    global _inductor_dir, _inductor_env_before
+    _inductor_env_before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    _inductor_dir = tempfile.mkdtemp(prefix="triton-nmp-tests-inductor-")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = _inductor_dir
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _inductor_dir is None:
+        return
+    if _inductor_env_before is None:
+        os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    else:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = _inductor_env_before
+    shutil.rmtree(_inductor_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def fresh_inductor(tmp_path: Path) -> Iterator[Path]:
+    """Nothing an earlier compile in this session left in Inductor's caches: an empty cache dir of the test's
+    own, Inductor's memoised caches cleared (it memoises e.g. its autotune cache's path on first use) and
+    Dynamo reset, before and after the test. For tests that check what a compile selects or benchmarks."""
+    from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
+
+    torch._dynamo.reset()
+    with temporary_cache_dir(str(tmp_path / "inductor")):  # clears Inductor's memoised caches on entry and exit
+        yield tmp_path / "inductor"
+    torch._dynamo.reset()
 
 
 @pytest.fixture

@@ -135,7 +135,7 @@ def test_decode_gemv_tiles_have_one_row_and_fill_every_pu():
     assert -(-2304 // best.block_n) >= spec.num_pus
 
 
-def test_decode_linear_compiles_a_one_row_tile_and_a_pinned_tile_is_used():
+def test_decode_linear_compiles_a_one_row_tile_and_a_pinned_tile_is_used(fresh_inductor):
     torch.manual_seed(0)
     lin = torch.nn.Linear(64, 256).half()
     x = torch.randn(1, 1, 64, dtype=torch.float16)
@@ -154,7 +154,7 @@ def test_decode_linear_compiles_a_one_row_tile_and_a_pinned_tile_is_used():
     assert choices.gemm_selections()[-1].kept == [dict(BLOCK_M=1, BLOCK_N=32, BLOCK_K=32, num_stages=1)]
 
 
-def test_default_mode_compiles_one_matmul_candidate_and_simulates_none():
+def test_default_mode_compiles_one_matmul_candidate_and_simulates_none(fresh_inductor):
     a, b = torch.randn(128, 96), torch.randn(96, 160)
     before = len(choices.gemm_selections())
     reset_tuning_stats()
@@ -165,7 +165,25 @@ def test_default_mode_compiles_one_matmul_candidate_and_simulates_none():
     assert tuning_stats().benchmarks == 0
 
 
-def test_max_autotune_simulates_few_candidates_and_takes_the_fastest():
+def test_nmp_heuristics_hold_whatever_heuristics_the_thread_memoised_before(fresh_inductor):
+    """Inductor memoises its heuristics object (`V.choices`) per thread on first use: a plain Inductor compile
+    earlier in the thread leaves the stock one there, which must neither take over an nmp compile nor be
+    replaced by nmp's afterwards."""
+    from torch._inductor.choices import InductorChoices
+    from torch._inductor.virtualized import V
+
+    a, b = torch.randn(64, 48), torch.randn(48, 80)
+    before = len(choices.gemm_selections())
+    stock = InductorChoices()
+    with V.set_choices_handler(stock):  # what a plain Inductor compile in this thread leaves behind
+        out = torch.compile(lambda x, y: x @ y + 1, backend="nmp", options=FRESH)(a, b)
+        assert V.choices is stock
+    torch.testing.assert_close(out, a @ b + 1, atol=1e-4, rtol=1e-4)
+    sel = choices.gemm_selections()[before:]
+    assert len(sel) == 1 and (sel[0].m, sel[0].n, sel[0].k) == (64, 80, 48)
+
+
+def test_max_autotune_simulates_few_candidates_and_takes_the_fastest(fresh_inductor):
     a, b = torch.randn(256, 128), torch.randn(128, 192)
     before = len(choices.gemm_selections())
     reset_tuning_stats()

@@ -337,9 +337,8 @@ print(json.dumps({"hits": sum(h is not None for h in hits), "simulated": tuning_
 """
 
 
-def test_inductor_template_choices_on_the_engine_then_from_the_cache(tmp_path, configured, monkeypatch, request):
-    from torch._inductor.utils import clear_caches
-
+def test_inductor_template_choices_on_the_engine_then_from_the_cache(tmp_path, configured, monkeypatch,
+                                                                    fresh_inductor):
     from triton_nmp.inductor import reset_tuning_stats, tuning_stats
     from triton_nmp.sweep import integrate
     from triton_nmp.triton_name import cpu_entry_registered
@@ -347,11 +346,6 @@ def test_inductor_template_choices_on_the_engine_then_from_the_cache(tmp_path, c
     if not cpu_entry_registered():
         pytest.skip("triton-nmp's Triton entry point 'cpu' is not registered: reinstall (pip install -e .)")
     monkeypatch.setenv("TRITON_NMP_TUNING_CACHE", str(tmp_path / "tc"))
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor-1"))
-    # Inductor memoises its local autotune cache's path on first use: a path an earlier test computed would
-    # serve this compile from that (possibly shared) cache, and nothing would be benchmarked
-    clear_caches()
-    request.addfinalizer(clear_caches)
     a, b = torch.randn(160, 96), torch.randn(96, 224)  # shapes no other test compiles (Inductor memoises choices)
     options = {"fx_graph_cache": False, "max_autotune": True}
     counts = {"shipped": 0, "hits": 0, "measured": 0}
@@ -369,7 +363,6 @@ def test_inductor_template_choices_on_the_engine_then_from_the_cache(tmp_path, c
     monkeypatch.setattr(integrate.InductorEnginePool, "benchmark", counting_ship)
     monkeypatch.setattr(integrate, "cached_choice_ms", counting_lookup)
 
-    torch._dynamo.reset()
     reset_tuning_stats()
     out = torch.compile(lambda x, y: x @ y, backend="nmp", options=options)(a, b)
     torch.testing.assert_close(out, a @ b, atol=1e-4, rtol=1e-4)

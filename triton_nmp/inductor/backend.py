@@ -83,6 +83,7 @@ def nmp(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str | None = 
     from torch._functorch import config as functorch_config
     from torch._inductor import config
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+    from torch._inductor.virtualized import V
 
     install()
     _check_inputs(example_inputs)
@@ -100,7 +101,13 @@ def nmp(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str | None = 
         # code is recorded either way (graphs.recording). Off with the FX graph cache: a user who turns that off
         # (options={"fx_graph_cache": False}) asks for a real compile, which AOTAutograd's hit would skip.
         aot_cache = functorch_config.enable_autograd_cache and patches.get("fx_graph_cache", config.fx_graph_cache)
-        with graphs.recording(record), config.patch(patches), functorch_config.patch(enable_autograd_cache=aot_cache):
+        # Inductor memoises its heuristics object (`V.choices`) per thread the first time a compile asks for it,
+        # from the `inductor_choices_class` in force then: after a plain Inductor compile in this thread, the
+        # patched config alone would leave the stock heuristics in charge (and a plain compile after this one
+        # would inherit nmp's). The handler is set for this compile only, before the config patch, so the one
+        # it restores is the unpatched default.
+        with (V.set_choices_handler(patches["inductor_choices_class"]()), graphs.recording(record),
+              config.patch(patches), functorch_config.patch(enable_autograd_cache=aot_cache)):
             compiled = compile_fx(gm, example_inputs, inner_compile=inner_compile)
     finally:
         record.compile_seconds = time.perf_counter() - t0
