@@ -14,9 +14,9 @@ Triton's cache, lowered again (once per kernel and process).
 Predictions are also kept on disk, next to the kernel in Triton's cache (`<name>.footprint-<key>.npz`), so a
 warm process neither lowers nor predicts again. A launch's prediction reads only the kernel (whose Triton
 hash covers the target, the options, Triton's version and the compiler's sources), the grid, the scalar
-arguments and the pointer spans; the file name hashes those and this module's source, and the file repeats
-the launch key, which is checked on load. A file that cannot be read (truncated, wrong contents, a CRC
-error) is reported with a warning naming it and predicted again.
+arguments and the pointer spans; the file name hashes those and this module's source, and the file (a
+`side_cache` file) repeats the launch key, which is checked on load. A file that cannot be read (truncated,
+wrong contents, a CRC error) is reported with a warning naming it and predicted again.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import hashlib
 import io
 import struct
 import threading
-import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -35,10 +34,12 @@ import numpy as np
 
 from triton_nmp import abi
 from triton_nmp.abi import metadata_value
+from triton_nmp.side_cache import SideCache
 
 __all__ = ["Footprint", "register_kernel", "kernel_func", "launch_footprint"]
 
 _MAX_CACHED = 512
+_FILES = SideCache("footprint", "npz", "footprint", "prediction", "predicting the launch's footprint again")
 
 
 @dataclass(frozen=True)
@@ -106,49 +107,20 @@ def _module_hash() -> str:
         return hashlib.sha256(f.read()).hexdigest()
 
 
-def _disk_name(metadata: Any, key: Any) -> tuple[str, str, str] | None:
-    """(kernel hash, file name, launch key text) of a launch's prediction on disk, or None (no hash/name)."""
-    h, name = metadata_value(metadata, "hash"), metadata_value(metadata, "name")
-    if not h or not name:
-        return None
-    text = repr(key)
-    digest = hashlib.sha256((_module_hash() + text).encode()).hexdigest()[:32]
-    return h, f"{name}.footprint-{digest}.npz", text
+def _read(path: str) -> tuple[str, Footprint]:
+    with np.load(path, allow_pickle=False) as z:
+        trace, exact, reason, key = z["trace"], bool(z["exact"]), str(z["reason"]), str(z["key"])
+    if trace.dtype != np.int64 or trace.ndim != 2 or trace.shape[1] != abi.TRACE_WORDS:
+        raise ValueError(f"trace of dtype {trace.dtype} and shape {trace.shape}")
+    return key, Footprint(trace if exact else None, exact, reason)
 
 
-def _load_disk(where: tuple[str, str, str]) -> Footprint | None:
-    from triton.runtime.cache import get_cache_manager
-
-    h, fname, text = where
-    path = get_cache_manager(h).get_file(fname)
-    if path is None:
-        return None
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            trace, exact, reason, key = z["trace"], bool(z["exact"]), str(z["reason"]), str(z["key"])
-        if trace.dtype != np.int64 or trace.ndim != 2 or trace.shape[1] != abi.TRACE_WORDS:
-            raise ValueError(f"trace of dtype {trace.dtype} and shape {trace.shape}")
-        if key != text:
-            raise ValueError("it holds another launch's prediction")
-    except Exception as e:  # noqa: BLE001 - any unreadable file is predicted again
-        warnings.warn(f"triton-nmp: ignoring the unreadable footprint cache file {path} "
-                      f"({type(e).__name__}: {e}); predicting the launch's footprint again", stacklevel=3)
-        return None
-    return Footprint(trace if exact else None, exact, reason)
-
-
-def _store_disk(where: tuple[str, str, str], fp: Footprint) -> None:
-    from triton.runtime.cache import get_cache_manager
-
-    h, fname, text = where
+def _encode(fp: Footprint, key: str) -> bytes:
     buf = io.BytesIO()
     trace = fp.trace if fp.trace is not None else np.zeros((0, abi.TRACE_WORDS), dtype=np.int64)
     np.savez(buf, trace=trace.astype(np.int64, copy=False), exact=np.array(fp.exact), reason=np.array(fp.reason),
-             key=np.array(text))
-    try:
-        get_cache_manager(h).put(buf.getvalue(), fname, binary=True)  # atomic: a temp file, then a rename
-    except OSError as e:
-        warnings.warn(f"triton-nmp: cannot write the footprint cache file {fname} ({e})", stacklevel=3)
+             key=np.array(key))
+    return buf.getvalue()
 
 
 _unpack_d = struct.Struct("<d").unpack
@@ -186,21 +158,21 @@ def launch_footprint(metadata: Any, args: Any, vals: tuple[int, ...], grid: tupl
     ArgInfos, a pointer taking two slots [data_ptr, span]), memoised per kernel and `key` (the
     launcher's: grid, scalar values and pointer spans, which is all the prediction reads), in this process
     and on disk."""
-    where = _disk_name(metadata, key)
+    where = _FILES.file(metadata, lambda: repr(key), salt=_module_hash())
     key = (metadata_value(metadata, "hash"), key)
     with _lock:
         hit = _footprints.get(key)
         if hit is not None:
             _footprints.move_to_end(key)
             return hit
-    fp = _load_disk(where) if where is not None else None
+    fp = _FILES.load(where, _read) if where is not None else None
     if fp is None:
         fp = _predict(metadata, args, vals, grid)
         if fp is None:
             fp = Footprint(None, False,
                            "the kernel's nmpir is not available (compiled elsewhere, not in Triton's cache)")
         elif where is not None:
-            _store_disk(where, fp)
+            _FILES.store(where, _encode(fp, where.key))
     with _lock:
         _footprints[key] = fp
         while len(_footprints) > _MAX_CACHED:

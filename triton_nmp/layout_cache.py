@@ -7,8 +7,8 @@ argument's layout, extent, size and position inside its placed range, the new ar
 target's full description, numpy's version, and the sources of this package and the simulator (auto
 layout, placement, the timing model, the target's derived figures). Host addresses do not enter: the
 timing model only reads positions relative to a placement's origin. Files live next to the kernel in Triton's cache
-(`<name>.layouts-<key>.json`), repeat their key (checked on load), and a file that cannot be read is
-reported with a warning naming it and decided again.
+(`<name>.layouts-<key>.json`, a `side_cache` file), repeat their key (checked on load), and a file that cannot be
+read is reported with a warning naming it and decided again.
 """
 
 from __future__ import annotations
@@ -16,18 +16,19 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from triton_nmp.abi import metadata_value
 from triton_nmp.auto_layout import LayoutChoice, choose_checked
 from triton_nmp.placement import Placement
+from triton_nmp.side_cache import SideCache
 from triton_nmp.target import TargetSpec
 
 __all__ = ["choose_checked_cached"]
+
+_FILES = SideCache("layouts", "json", "layout", "decision", "choosing the launch's layouts again")
 
 
 @functools.cache
@@ -82,6 +83,12 @@ def _encode(choices: dict[int, LayoutChoice], key: str) -> str:
                  "reason": c.reason, "loaded": bool(c.loaded)} for a, c in choices.items()}})
 
 
+def _read(path: str) -> tuple[Any, dict]:
+    with open(path) as f:
+        data = json.load(f)
+    return data.get("key"), data
+
+
 def _int_or_none(v: Any) -> int | None:
     return None if v is None else int(v)
 
@@ -89,28 +96,11 @@ def _int_or_none(v: Any) -> int | None:
 def choose_checked_cached(metadata: Any, trace: np.ndarray, grid: tuple[int, int, int], fixed: list[Any],
                           auto: dict[int, tuple[int, int]], spec: TargetSpec) -> dict[int, LayoutChoice]:
     """`auto_layout.choose_checked(trace, grid, fixed, auto, spec)`, read from disk when decided before."""
-    from triton.runtime.cache import get_cache_manager
-
-    h, name = metadata_value(metadata, "hash"), metadata_value(metadata, "name")
-    if not h or not name:
+    where = _FILES.file(metadata, lambda: _key_text(trace, grid, fixed, auto, spec))
+    if where is None:
         return choose_checked(trace, grid, fixed, auto, spec)
-    key = _key_text(trace, grid, fixed, auto, spec)
-    fname = f"{name}.layouts-{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
-    cache = get_cache_manager(h)
-    path = cache.get_file(fname)
-    if path is not None:
-        try:
-            with open(path) as f:
-                data = json.load(f)
-            if data.get("key") != key:
-                raise ValueError("it holds another launch's decision")
-            return _decode(data, auto)
-        except Exception as e:  # noqa: BLE001 - any unreadable file is decided again
-            warnings.warn(f"triton-nmp: ignoring the unreadable layout cache file {path} "
-                          f"({type(e).__name__}: {e}); choosing the launch's layouts again", stacklevel=2)
-    choices = choose_checked(trace, grid, fixed, auto, spec)
-    try:
-        cache.put(_encode(choices, key), fname, binary=False)  # atomic: a temp file, then a rename
-    except OSError as e:
-        warnings.warn(f"triton-nmp: cannot write the layout cache file {fname} ({e})", stacklevel=2)
+    choices = _FILES.load(where, _read, lambda data: _decode(data, auto))
+    if choices is None:
+        choices = choose_checked(trace, grid, fixed, auto, spec)
+        _FILES.store(where, _encode(choices, where.key))
     return choices
