@@ -50,15 +50,19 @@ def test_llama_tiny_fp16_prefill_decode_and_greedy_tokens_match_eager():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name,dtype,atol", [("gpt2", torch.float16, 5e-2), ("gpt2", torch.float32, 1e-3),
-                                             ("llama", torch.float16, 5e-2), ("llama", torch.bfloat16, 1e-1),
-                                             ("llama", torch.float32, 1e-3)])
-def test_full_size_models_match_eager(name, dtype, atol):
+@pytest.mark.parametrize("name,dtype,atol,mode", [("gpt2", torch.float16, 5e-2, "default"),
+                                                  ("gpt2", torch.float32, 1e-3, "default"),
+                                                  ("gpt2", torch.float16, 5e-2, "reduce-overhead"),
+                                                  ("llama", torch.float16, 5e-2, "default"),
+                                                  ("llama", torch.bfloat16, 1e-1, "default"),
+                                                  ("llama", torch.float32, 1e-3, "default")])
+def test_full_size_models_match_eager(name, dtype, atol, mode):
     """Prefill of 512 tokens, 31 decode steps over the KV cache of 1024: logits match eager's at every step (on
-    eager's tokens), 32 greedy tokens are eager's up to a numerical tie of eager's own logits (none in fp32)."""
+    eager's tokens), 32 greedy tokens are eager's up to a numerical tie of eager's own logits (none in fp32).
+    Under "reduce-overhead" the decode steps after warm-up and capture are replayed launch graphs."""
     model = build(name, dtype)
     twin = copy.deepcopy(model)
-    compiled = torch.compile(twin, backend="nmp")
+    compiled = torch.compile(twin, backend="nmp", mode=mode)
     prompt = torch.randint(0, model.cfg.vocab, (1, 512), generator=torch.Generator().manual_seed(1))
     check = check_generation(model, compiled, prompt, 32, atol=atol, twin=twin)
     print(check.summary())
@@ -70,6 +74,10 @@ def test_full_size_models_match_eager(name, dtype, atol):
         assert check.first_tie is None and check.free_tokens == check.eager_tokens
     for g in compiled_graphs()[-2:]:
         assert not g.host_fallbacks, g.summary()
+        if mode == "reduce-overhead":
+            assert g.launch_graph.diverged == 0, g.summary()
+    if mode == "reduce-overhead":
+        assert compiled_graphs()[-1].launch_graph.replays > 0, compiled_graphs()[-1].summary()
 
 
 def test_generation_check_catches_wrong_logits_and_tokens_and_tolerates_ties():
