@@ -23,6 +23,7 @@ from triton.backends.compiler import BaseBackend, GPUTarget, Language
 from triton_nmp.abi import PU_MAPPINGS
 from triton_nmp.errors import NMPCompilationError
 from triton_nmp.footprint import register_kernel
+from triton_nmp.source_hash import files_hash
 from triton_nmp.target import TargetSpec, spec_for_arch
 
 from . import llvm_target
@@ -37,12 +38,7 @@ VERSION = "0.1.0"
 @functools.lru_cache(None)
 def _source_hash() -> str:
     """Hash of the compiler's own sources: any change invalidates cached binaries."""
-    h = hashlib.sha256(VERSION.encode())
-    root = Path(__file__).parent
-    for p in sorted(root.glob("*.py")):
-        h.update(p.name.encode())
-        h.update(p.read_bytes())
-    return h.hexdigest()
+    return files_hash(VERSION, Path(__file__).parent)
 
 
 FOREIGN_OPTIONS = ("matrix_instr_nonkdim", "waves_per_eu", "kpack", "maxnreg")

@@ -24,6 +24,7 @@ import numpy as np
 from triton_nmp.auto_layout import LayoutChoice, choose_checked
 from triton_nmp.placement import Placement
 from triton_nmp.side_cache import SideCache
+from triton_nmp.source_hash import files_hash
 from triton_nmp.target import TargetSpec
 
 __all__ = ["choose_checked_cached"]
@@ -37,12 +38,7 @@ def _sources_hash() -> str:
     derived figures all live there) and numpy's version."""
     import triton_nmp.simulator as simulator
 
-    h = hashlib.sha256(np.__version__.encode())
-    files = sorted(Path(__file__).parent.glob("*.py")) + sorted(Path(simulator.__file__).parent.glob("*.py"))
-    for p in files:
-        h.update(p.name.encode())
-        h.update(p.read_bytes())
-    return h.hexdigest()
+    return files_hash(np.__version__, Path(__file__).parent, Path(simulator.__file__).parent)
 
 
 @functools.lru_cache(maxsize=16)

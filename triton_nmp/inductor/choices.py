@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Any
 from torch._inductor import config as inductor_config
 from torch._inductor.choices import InductorChoices
 
+from triton_nmp.source_hash import files_hash
 from triton_nmp.target import active_target
 
 from . import gemm
@@ -41,11 +41,7 @@ def sources_hash() -> str:
     """Hash of the integration's and the compiler's sources (a change re-keys Inductor's caches)."""
     from triton_nmp.backend.compiler import _source_hash
 
-    h = hashlib.sha256(_source_hash().encode())
-    for p in sorted(Path(__file__).parent.glob("*.py")):
-        h.update(p.name.encode())
-        h.update(p.read_bytes())
-    return h.hexdigest()
+    return files_hash(_source_hash(), Path(__file__).parent)
 
 
 @dataclass
