@@ -327,16 +327,18 @@ def _owners(owner_bytes: np.ndarray, P: int) -> np.ndarray:
 UNCAPPED_MAX_PROGRAMS_PER_PU = 32  # the uncapped owner mappings are tried for grids up to this many per PU
 
 
-def _weighted_locality(owner_bytes: np.ndarray, P: int, local_bw: float, remote_bw: float) -> np.ndarray:
+def _weighted_locality(owner_bytes: np.ndarray, P: int, local_bw: float, remote_bw: float,
+                       owners: np.ndarray | None = None) -> np.ndarray:
     """Owner computes with loads weighted by what a program costs where it runs (item 6, "auto").
 
-    Every program starts on its owner PU (`_owners`); its cost on PU q is its bytes in bank q at the local
-    rate plus the rest at the remote rate. Then, while it shortens the busiest PU's load, one of that PU's
-    programs moves to the PU where it would end earliest. Unlike the count cap of "locality", a PU may
-    run more programs than ceil(n / P) when a remote program costs more than the local ones it queues
-    behind: a weight whose row blocks sit in fewer banks than there are PUs (laid out for another kernel's
-    tiles) is read locally by those banks' PUs instead of at the remote rate by idle ones."""
-    owner = _owners(owner_bytes, P).copy()
+    Every program starts on its owner PU (`owners` if given, else `_owners`); its cost on PU q is its
+    bytes in bank q at the local rate plus the rest at the remote rate. Then, while it shortens the
+    busiest PU's load, one of that PU's programs moves to the PU where it would end earliest. Unlike the
+    count cap of "locality", a PU may run more programs than ceil(n / P) when a remote program costs more
+    than the local ones it queues behind: a weight whose row blocks sit in fewer banks than there are PUs
+    (laid out for another kernel's tiles) is read locally by those banks' PUs instead of at the remote
+    rate by idle ones."""
+    owner = (_owners(owner_bytes, P) if owners is None else owners).copy()
     total = owner_bytes.sum(axis=1)
     cost = total[:, None] / remote_bw - owner_bytes * (1.0 / remote_bw - 1.0 / local_bw)  # [program, PU]
     n = owner.size
@@ -675,8 +677,9 @@ def simulate_timing(
     candidates = [(owner, "locality")]
     if n <= UNCAPPED_MAX_PROGRAMS_PER_PU * P and owner_bytes is not None and owner_bytes.size:
         remote_bw = min(spec.remote_read_bytes_per_cycle, spec.noc_link_bytes_per_cycle)
-        candidates.append((_owners(owner_bytes, P), "owner"))
-        candidates.append((_weighted_locality(owner_bytes, P, spec.bank_bytes_per_cycle, remote_bw),
+        owners = _owners(owner_bytes, P)
+        candidates.append((owners, "owner"))
+        candidates.append((_weighted_locality(owner_bytes, P, spec.bank_bytes_per_cycle, remote_bw, owners),
                            "weighted locality"))
     for pu, name in candidates:
         if any(np.array_equal(pu, t) for t in tried):
