@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from triton_nmp import relayout
 from triton_nmp.abi import KIND_DMA_LOAD, KIND_DMA_STORE, KIND_GATHER, KIND_SCATTER, metadata_value
 from triton_nmp.errors import NMPLaunchError, NMPSpillWarning
 from triton_nmp.simulator.runtime import (
@@ -223,6 +224,7 @@ class NMPLauncher:
         self._last_buffers: tuple[Any, Any, Any] | None = None
         self._last_place: tuple[Any, ...] | None = None
         self._layout_memo: dict[Any, Any] = {}
+        self._relayout_memo: dict[Any, Any] = {}
         self._mapping = str(metadata_value(metadata, "pu_mapping", None) or "round_robin")
         self._spec = compiled_target(metadata)  # launches simulate the machine compiled for (None: the active one)
         self.last_result: LaunchResult | None = None
@@ -301,6 +303,8 @@ class NMPLauncher:
         stamp = _placements.stamp()
         last = self._last_place
         if last is not None and last[0] == vals and last[1] == stamp and last[2] is spec:
+            if last[4] is not None:
+                self._accrue(args, vals, last[4])
             return last[3]
         policy = plm.default_policy()
         todo: dict[int, tuple[int, int]] = {}
@@ -317,7 +321,9 @@ class NMPLauncher:
                 elif pl.provisional and pl.origin == ptr and pl.extent == nbytes:
                     provisional[i] = (ptr, nbytes)
         mapping, note = self._mapping, ""
-        need_fp = mapping == "auto" or bool(provisional) or (todo and (policy == "auto" or auto_requested))
+        relayout_on = relayout.enabled()
+        need_fp = (mapping == "auto" or bool(provisional) or (todo and (policy == "auto" or auto_requested))
+                   or relayout_on)
         fp = None
         if need_fp:
             from triton_nmp.footprint import launch_footprint
@@ -335,9 +341,72 @@ class NMPLauncher:
                 auto_requested.update(settle)
         if todo:
             self._place_arguments(args, vals, grid, spec, todo, auto_requested, policy, fp)
+        offer = self._relayout_offer(vals, grid, spec, mapping, fp) if relayout_on and fp is not None and fp.exact \
+            else None
         result = (mapping, note)
-        self._last_place = (vals, _placements.stamp(), spec, result)
+        self._last_place = (vals, _placements.stamp(), spec, result, offer)
+        if offer is not None:
+            self._accrue(args, vals, offer)
         return result
+
+    def _relayout_offer(self, vals: tuple[int, ...], grid: tuple[int, int, int], spec: Any, mapping: str,
+                        fp: Any) -> tuple[Any, ...] | None:
+        """Per re-layout offered for this launch's auto-laid-out read-only tensors (`triton_nmp.relayout`):
+        (site, the tensor's registry token, `relayout.Offer`); None when there is none. Offers are
+        memoised per kernel, footprint and placed layouts."""
+        from triton_nmp import placement as plm
+        from triton_nmp.auto_layout import moves_most_of
+        from triton_nmp.simulator.timing import ArgBuffer
+
+        args: list[Any] = [None] * len(self.plan)
+        for i, slot, name in self._ptr_args:
+            ptr, nbytes = vals[slot], vals[slot + 1]
+            if ptr and nbytes:
+                args[i] = ArgBuffer(name, ptr, nbytes, plm.placement_of(ptr, nbytes))
+        if not any(a is not None and a.placement.chosen for a in args):
+            return None
+        where = tuple((a.placement.layout_signature(), a.placement.chosen, a.placement.provisional,
+                       a.data_ptr - a.placement.origin, a.placement.extent, a.nbytes) if a is not None else None
+                      for a in args)
+        key = (id(spec), grid, self._scalars(vals), mapping, where)
+        memo = self._relayout_memo.get(key)
+        if memo is None:
+            movable = relayout.candidates(fp.trace, args, lambda i, nbytes: moves_most_of(fp.trace, i, nbytes))
+            memo = relayout.make_offers(fp.trace, grid, args, movable, mapping, spec) if movable else []
+            if len(self._relayout_memo) > 64:
+                self._relayout_memo.clear()
+            self._relayout_memo[key] = memo
+        if not memo:
+            return None
+        from triton_nmp.placement_registry import lookup_token
+
+        return tuple(((self._kernel_id, grid), lookup_token(args[o.arg].data_ptr, args[o.arg].nbytes), o)
+                     for o in memo)
+
+    def _accrue(self, args: Sequence[Any], vals: tuple[int, ...], items: tuple[Any, ...]) -> None:
+        """One launch's gains towards the re-layouts offered (`triton_nmp.relayout`); moves a tensor when
+        its accrued gain covers its move."""
+        from triton_nmp import placement as plm
+
+        moved = False
+        for site, token, offer in items:
+            paid = relayout.ledger.accrue(site, token, offer)
+            if paid is None:
+                continue
+            acc, launches = paid
+            tensor = self._tensor_of(args, offer.arg)
+            if tensor is None:
+                continue
+            name = next(n for j, _, n in self._ptr_args if j == offer.arg)
+            plm.assign(tensor, dataclasses.replace(offer.layout, origin=tensor.data_ptr(), chosen=True,
+                                                   provisional=False),
+                       why=(f"kernel '{self.kernel_name}': re-laid out, it pays: {launches} launch(es) of this kernel "
+                            f"lost {acc:.0f} cycles to the old layout, the move costs {offer.move_cycles:.0f} "
+                            f"(per launch {offer.cycles_now:.0f} -> {offer.cycles_then:.0f} cycles); {offer.reason}"),
+                       name=f"{self.kernel_name}.{name}")
+            moved = True
+        if moved:
+            self._last_place = None
 
     def _place_arguments(self, args: Sequence[Any], vals: tuple[int, ...], grid: tuple[int, int, int], spec: Any,
                          todo: dict[int, tuple[int, int]], auto_requested: set[int], policy: str, fp: Any) -> None:

@@ -298,9 +298,8 @@ def trial(layouts: dict[Any, Placement]) -> Iterator[None]:
                 _forget(token)
 
 
-def lookup(data_ptr: int, nbytes: int) -> Placement | None:
-    """The newest placement recorded for a range holding [data_ptr, data_ptr + nbytes), else None
-    (host data, never placed)."""
+def _newest(data_ptr: int, nbytes: int) -> tuple[int, _Entry] | None:
+    """(token, entry) of the newest entry holding [data_ptr, data_ptr + nbytes), else None."""
     end = data_ptr + max(int(nbytes), 0)
     with _lock:
         _apply_freed()
@@ -312,7 +311,21 @@ def lookup(data_ptr: int, nbytes: int) -> Placement | None:
             e = _entries[token]
             if e.start <= data_ptr and end <= e.end and (best is None or token > best[0]):
                 best = (token, e)
+    return best
+
+
+def lookup(data_ptr: int, nbytes: int) -> Placement | None:
+    """The newest placement recorded for a range holding [data_ptr, data_ptr + nbytes), else None
+    (host data, never placed)."""
+    best = _newest(data_ptr, nbytes)
     return best[1].placement if best is not None else None
+
+
+def lookup_token(data_ptr: int, nbytes: int) -> int | None:
+    """The token of that newest placement: it names one placed tensor in one layout (a new layout, or a
+    new tensor at the same address, gets another), for bookkeeping that must not outlive either."""
+    best = _newest(data_ptr, nbytes)
+    return best[0] if best is not None else None
 
 
 def placement_of(data_ptr: int, nbytes: int) -> Placement:

@@ -34,6 +34,7 @@ from triton import knobs
 from triton.runtime.autotuner import Autotuner
 from triton.runtime.errors import AutotunerError
 
+from triton_nmp import relayout
 from triton_nmp.errors import NMPCompilationError
 
 from .cache import Candidate, Entry, EntryKey
@@ -323,7 +324,8 @@ class NMPAutotuner(Autotuner):
             return timing_of(pooled)
         bar = self._progress_bar()
         try:
-            result = super()._bench(*args, config=config, **meta)
+            with relayout.suspended():  # the tuner's repetitions are not the workload (`triton_nmp.relayout`)
+                result = super()._bench(*args, config=config, **meta)
             if all(math.isinf(r) for r in result) and config not in self._bench_errors:
                 # Triton's autotuner swallowed an OutOfResources (e.g. scratchpad overflow): keep the reason.
                 self._bench_errors[config] = self._refusal_reason(config, meta)

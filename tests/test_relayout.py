@@ -1,0 +1,123 @@
+"""Re-layout when it pays (`triton_nmp.relayout`): a tensor the auto policy laid out for one kernel moves
+to the layout a later kernel reads it faster in, once that kernel's accrued loss covers the move."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+import triton_nmp
+from triton_nmp import relayout
+from triton_nmp.driver.benchmarker import do_bench
+from triton_nmp.placement import clear_placements, decisions, lookup, place, set_default_policy
+
+
+@pytest.fixture(autouse=True)
+def _fresh_registry():
+    clear_placements()
+    relayout.ledger.clear()
+    old = set_default_policy("auto")
+    yield
+    set_default_policy(old)
+    clear_placements()
+    relayout.ledger.clear()
+
+
+@triton.jit
+def _copy_blocks_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs))
+
+
+ROWS, COLS = 512, 256  # 512 KiB of fp32
+
+
+def _rowwise(x):
+    """The first consumer: a program per 1 KiB row (the auto policy gives x 1 KiB chunks)."""
+    out = torch.empty_like(x)
+    _copy_blocks_kernel[(ROWS,)](x, out, BLOCK=COLS)
+    return out
+
+
+def _blockwise(x):
+    """The later consumer: a program per 8 KiB (8 rows): in 1 KiB chunks each program reads 7/8 remotely."""
+    out = torch.empty_like(x)
+    _copy_blocks_kernel[(ROWS // 8,)](x, out, BLOCK=8 * COLS)
+    return out
+
+
+def _moves():
+    return [d for d in decisions() if "re-laid out, it pays" in d.why]
+
+
+def test_a_later_kernel_moves_a_tensor_once_its_accrued_loss_covers_the_move():
+    x = torch.randn(ROWS, COLS)
+    _rowwise(x)
+    first = lookup(x.data_ptr(), x.numel() * 4)
+    assert first.chosen and first.granularity == COLS * 4
+    times, relayouts = [], []
+    for _ in range(8):
+        with triton_nmp.profile() as prof:
+            out = _blockwise(x)
+        assert torch.equal(out, x)  # moving data never changes results
+        times.append(prof.launches[-1].sim_seconds)
+        relayouts.append([t for t in prof.transfers if t.kind == "relayout" and t.nbytes == x.numel() * 4])
+    moved_at = next(k for k, r in enumerate(relayouts) if r)
+    assert sum(len(r) for r in relayouts) == 1  # moved once, then settled
+    assert moved_at >= 1  # not at the first sight of a gain: the loss accrues first
+    after = lookup(x.data_ptr(), x.numel() * 4)
+    assert after.chosen and after.layout_signature() != first.layout_signature()
+    assert times[-1] < 0.8 * times[0]  # the layout the kernel reads fast in
+    (move_decision,) = _moves()
+    why = move_decision.why
+    assert move_decision.tensor.startswith("_copy_blocks_kernel.x_ptr") and move_decision.transfer == "relayout"
+    assert f"{moved_at + 1} launch(es)" in why and "the move costs" in why
+    # ski rental: the tensor moves at the launch whose gain makes the accrued loss cover the move
+    move = relayouts[moved_at][0].sim_seconds
+    gain = times[0] - times[-1]
+    lost_before = sum(times[k] - times[-1] for k in range(moved_at))
+    assert lost_before < move <= lost_before + gain
+
+
+def test_the_first_consumer_moves_it_back_only_when_it_pays():
+    x = torch.randn(ROWS, COLS)
+    _rowwise(x)
+    for _ in range(8):
+        _blockwise(x)
+    moved = lookup(x.data_ptr(), x.numel() * 4)
+    _rowwise(x)  # one launch of the first consumer does not pay for a move back
+    assert lookup(x.data_ptr(), x.numel() * 4).layout_signature() == moved.layout_signature()
+
+
+def test_layouts_the_user_asked_for_never_move():
+    x = torch.randn(ROWS, COLS)
+    place(x, "interleaved")
+    for _ in range(8):
+        _blockwise(x)
+    pl = lookup(x.data_ptr(), x.numel() * 4)
+    assert not pl.chosen and pl.granularity == 1024
+    assert not any("re-laid out, it pays" in d.why for d in decisions())
+
+
+def test_benchmark_loops_accrue_nothing_and_the_rule_can_be_turned_off(monkeypatch):
+    x = torch.randn(ROWS, COLS)
+    _rowwise(x)
+    first = lookup(x.data_ptr(), x.numel() * 4)
+    do_bench(lambda: [_blockwise(x) for _ in range(8)])
+    assert lookup(x.data_ptr(), x.numel() * 4).layout_signature() == first.layout_signature()
+    assert not relayout.ledger.pending()
+    monkeypatch.setenv("TRITON_NMP_RELAYOUT", "0")
+    for _ in range(8):
+        _blockwise(x)
+    assert lookup(x.data_ptr(), x.numel() * 4).layout_signature() == first.layout_signature()
+
+
+def test_a_written_tensor_is_not_moved_by_its_writer():
+    x = torch.randn(ROWS, COLS)
+    _rowwise(x)
+    for _ in range(8):  # the kernel writes x: it is not a read-only candidate
+        _copy_blocks_kernel[(ROWS // 8,)](x.clone(), x, BLOCK=8 * COLS)
+    assert not any("re-laid out, it pays" in d.why for d in decisions())

@@ -1,0 +1,189 @@
+"""Re-layout when it pays: a tensor the auto policy laid out for one kernel moves to the layout another
+kernel reads it faster in, once the time that kernel has lost to the old layout covers the move.
+
+The auto policy lays a tensor out for the first launch that moves most of its bytes
+(`triton_nmp.auto_layout`). For a model that is the prefill: after a 512-token prompt, GPT-2's weights
+sit in the layout its matmul tiles read best (1 KiB interleaving), and every decode GEMV afterwards reads
+them almost wholly from remote banks, for as long as the model generates. Which kernel deserves the
+layout is not known when it is chosen (the decode steps have not run yet), so the choice is revisited
+online, by the rule of ski rental: renting costs the gain lost per launch, buying costs one move.
+
+* **Candidates.** At a launch with a static footprint, the pointer arguments that the auto policy laid
+  out (`Placement.chosen`: never a layout the user asked for with `place()` or the placement pass
+  applied), that are settled (not provisional), placed whole (the argument is the whole placed range),
+  read and not written by this launch, and mostly moved by it (`auto_layout.moves_most_of`).
+* **Offers.** The layouts `auto_layout.choose_layouts` picks for the candidates with every other argument
+  where it is; per candidate whose layout would change, the timing model's cycles of this launch (its
+  predicted trace, its mapping) now and with that one tensor moved, and the cycles of its move
+  (`simulator.transfer.relayout`: what the move will be charged). Each tensor is priced alone, so a
+  tensor rewritten every step (an activation) never rides on the gain of a weight it is read with.
+  Offers gaining less than `MIN_GAIN_FRACTION` of the launch are not made (layouts do not flap over
+  noise-sized gains).
+* **Accrual.** Each launch accrues each offer's gain, per launch site and tensor: the kernel, its grid
+  and the very tensor (the same kernel reading layer 3's weight is another site than for layer 4), for
+  the lifetime of the tensor in its layout (a new tensor at a freed one's address starts from zero).
+  When an accrued gain reaches the move's cost, the tensor moves (charged on the simulated clock like
+  every re-layout, logged in `placement.decisions()` and shown in the profile), and every site of that
+  tensor starts again from zero. So the moves never cost more than the time they save plus the time already
+  lost waiting for them: at most twice the better of never moving and moving at once, whatever the
+  launches to come (the ski-rental bound), and a tensor two kernels want differently moves back and
+  forth only as often as each kernel's accrued loss pays for it.
+* **Not counted:** launches inside a benchmark loop (`driver.benchmarker.do_bench`, used by every tuner):
+  a tuner's repetitions are not the workload, and a move inside a timed call would be charged to one
+  candidate. `TRITON_NMP_RELAYOUT=0` turns the rule off (layouts then stay where first chosen).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from triton_nmp.abi import KIND_DMA_STORE, KIND_SCATTER
+from triton_nmp.placement import Placement
+
+__all__ = ["Offer", "candidates", "make_offers", "Ledger", "ledger", "suspended", "enabled", "MIN_GAIN_FRACTION"]
+
+MIN_GAIN_FRACTION = 0.05
+MAX_SITES = 4096  # accruals kept (sites of freed tensors linger until pushed out)
+
+
+def enabled() -> bool:
+    """Whether the rule runs (`TRITON_NMP_RELAYOUT=0` turns it off)."""
+    return os.environ.get("TRITON_NMP_RELAYOUT", "1").strip().lower() not in ("0", "false", "off", "no")
+
+
+_local = threading.local()
+
+
+@contextlib.contextmanager
+def suspended() -> Iterator[None]:
+    """Launches of the calling thread inside this block accrue nothing (benchmark loops)."""
+    depth = getattr(_local, "depth", 0)
+    _local.depth = depth + 1
+    try:
+        yield
+    finally:
+        _local.depth = depth
+
+
+def _suspended() -> bool:
+    return getattr(_local, "depth", 0) > 0
+
+
+@dataclass(frozen=True)
+class Offer:
+    """What moving one argument of a launch to another layout would give each such launch."""
+
+    arg: int  # argument index
+    layout: Placement  # its new layout (origin: the argument's data_ptr)
+    reason: str
+    cycles_now: float
+    cycles_then: float  # with this argument moved, the others where they are
+    move_cycles: float
+
+    @property
+    def gain(self) -> float:
+        return self.cycles_now - self.cycles_then
+
+
+def candidates(trace: np.ndarray, args: list[Any], moves_most: Any) -> dict[int, tuple[int, int]]:
+    """The arguments (index -> (data_ptr, nbytes)) the rule may move for a launch with footprint `trace`;
+    `args` holds an `ArgBuffer` per pointer argument (None otherwise), `moves_most(i, nbytes)` whether the
+    launch moves most of argument i's bytes."""
+    out: dict[int, tuple[int, int]] = {}
+    tr = np.asarray(trace, dtype=np.int64)
+    for i, a in enumerate(args):
+        if a is None:
+            continue
+        pl = a.placement
+        if (pl is None or not pl.chosen or pl.provisional or pl.policy == "auto" or pl.origin != a.data_ptr
+                or pl.extent != a.nbytes):
+            continue
+        mine = tr[tr[:, 2] == i]
+        if not mine.size or np.isin(mine[:, 0], (KIND_DMA_STORE, KIND_SCATTER)).any():
+            continue
+        if moves_most(i, a.nbytes):
+            out[i] = (a.data_ptr, a.nbytes)
+    return out
+
+
+def make_offers(trace: np.ndarray, grid: tuple[int, int, int], args: list[Any], movable: dict[int, tuple[int, int]],
+                mapping: str, spec: Any) -> list[Offer]:
+    """An offer per argument in `movable` whose move alone gains enough (see the module docstring). Each
+    is priced alone: a tensor rewritten every step (an activation) is never carried by the gain of a
+    weight it is read with, and a weight's accrual survives its companions' lifetimes."""
+    from triton_nmp.auto_layout import choose_layouts
+    from triton_nmp.errors import NMPError
+    from triton_nmp.simulator import transfer
+    from triton_nmp.simulator.timing import ArgBuffer, simulate_timing
+
+    n = grid[0] * grid[1] * grid[2]
+    fixed = [None if i in movable else a for i, a in enumerate(args)]
+    try:
+        chosen = choose_layouts(trace, n, fixed, movable, spec)
+        moves = {i: c for i, c in chosen.items()
+                 if c.placement.layout_signature() != args[i].placement.layout_signature()}
+        if not moves:
+            return []
+        now_c = float(simulate_timing(trace, grid, args, spec, mapping=mapping).cycles)
+    except NMPError:
+        return []
+    offers = []
+    for i in sorted(moves):
+        c = moves[i]
+        then = list(args)
+        then[i] = ArgBuffer(args[i].name, args[i].data_ptr, args[i].nbytes, c.placement)
+        try:
+            then_c = float(simulate_timing(trace, grid, then, spec, mapping=mapping).cycles)
+        except NMPError:
+            continue
+        if now_c - then_c < MIN_GAIN_FRACTION * now_c:
+            continue
+        old = args[i].placement
+        move_c = transfer.relayout(old, args[i].data_ptr - old.origin, c.placement, args[i].nbytes, spec).cycles
+        offers.append(Offer(i, c.placement, c.reason, now_c, then_c, float(move_c)))
+    return offers
+
+
+class Ledger:
+    """Accrued gains per launch site (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._accrued: dict[tuple[Any, ...], tuple[float, int]] = {}
+
+    def accrue(self, site: tuple[Any, ...], tensor: Any, offer: Offer) -> tuple[float, int] | None:
+        """Add one launch's gain at `site` for moving `tensor` (a placement registry token: one tensor in
+        one layout, so a freed tensor's accrual never passes to the next one at its address); when the
+        accrued gain covers the move, clear every site of that tensor and return (accrued cycles, launches)."""
+        if _suspended():
+            return None
+        key = (site, tensor)
+        with self._lock:
+            acc, launches = self._accrued.get(key, (0.0, 0))
+            acc, launches = acc + offer.gain, launches + 1
+            if acc < offer.move_cycles:
+                if key not in self._accrued and len(self._accrued) >= MAX_SITES:
+                    del self._accrued[next(iter(self._accrued))]  # the oldest site: its tensor is likely gone
+                self._accrued[key] = (acc, launches)
+                return None
+            for k in [k for k in self._accrued if k[1] == tensor]:
+                del self._accrued[k]
+            return acc, launches
+
+    def clear(self) -> None:
+        with self._lock:
+            self._accrued.clear()
+
+    def pending(self) -> dict[tuple[Any, ...], tuple[float, int]]:
+        with self._lock:
+            return dict(self._accrued)
+
+
+ledger = Ledger()
