@@ -13,8 +13,9 @@ dispatch per further kernel); "max-autotune": matmul tiles chosen on simulated t
   (a second process with those caches: process start to the first prefill logits);
 * re-laid out MiB/ms/steps: under the auto policy, tensors the prefill laid out move to the layouts decode reads
   them fastest in once decode's accrued loss pays for each move (`triton_nmp.relayout`): the bytes moved, their
-  simulated time and the decode steps it took, before the measured step, the first that moves nothing ("+":
-  still moving after MAX_SETTLE_STEPS).
+  simulated time and the decode steps profiled before the measured step, the first that moves the same as the
+  step before it (nothing, or only tensors each step allocates afresh; "+": still changing after
+  MAX_SETTLE_STEPS). A step's time includes its own transfers (host writes of its inputs, re-layouts).
 
     triton-nmp llm                                 # gpt2 + llama, fp16, all three modes
     triton-nmp llm --models gpt2 --modes default --plot breakdown.png
@@ -47,11 +48,12 @@ MAX_SETTLE_STEPS = 12  # decode steps profiled at most before the measured one w
 
 @dataclass
 class StepResult:
-    sim_seconds: float
+    sim_seconds: float  # kernels and the step's transfers (host writes of inputs, re-layouts)
     kernels: list[tuple[str, float]]  # (Inductor kernel name, simulated seconds) per launch
     launches: int
     host_fallbacks: list[str]
     roofline_seconds: float
+    transfer_seconds: float = 0.0
 
 
 @dataclass
@@ -83,7 +85,8 @@ class RunResult:
 
 def _step(prof, graph) -> StepResult:
     return StepResult(
-        sim_seconds=prof.sim_seconds,
+        sim_seconds=prof.sim_seconds + prof.transfer_seconds,  # data moved inside the step counts
+        transfer_seconds=prof.transfer_seconds,
         kernels=[(r.kernel, r.sim_seconds) for r in prof.launches],
         launches=len(prof.launches),
         host_fallbacks=[f.op for f in graph.host_fallbacks],
@@ -132,22 +135,25 @@ def worker(model_name: str, mode: str, dtype_name: str, prompt_len: int, cache: 
         compiled(token, pos)
         t5 = time.perf_counter()
         # the auto policy moves a tensor to the layout decode reads it fastest in once decode's accrued loss
-        # pays for the move (`triton_nmp.relayout`): measure the first step that moves nothing, and report
-        # what was moved on the way
-        moved_bytes, moved_seconds, steps = 0, 0.0, 0
+        # pays for the move (`triton_nmp.relayout`): measure the first step that moves what the step before
+        # it moved (nothing, or only tensors a step allocates afresh), and report what moved on the way
+        moved_bytes, moved_seconds, steps, before = 0, 0.0, 0, None
         while True:
             with triton_nmp.profile() as prof:
                 compiled(token, pos)
             moves = [t for t in prof.transfers if t.kind == "relayout"]
-            if not moves or steps >= MAX_SETTLE_STEPS:
+            pattern = sorted((t.tensor, t.src, t.dst) for t in moves)
+            settled = pattern == before
+            if settled or steps >= MAX_SETTLE_STEPS:
                 break
+            before = pattern
             steps += 1
             moved_bytes += sum(t.nbytes for t in moves)
             moved_seconds += sum(t.sim_seconds for t in moves)
         decode = _step(prof, compiled_graphs()[-1])
         extra = {"placement": triton_nmp.placement.default_policy(),  # TRITON_NMP_PLACEMENT, else "auto"
                  "settle_steps": steps, "relayout_bytes": moved_bytes, "relayout_seconds": moved_seconds,
-                 "settled": not moves}
+                 "settled": settled}
         if placement_pass:
             from triton_nmp import placement_pass as pp
 
