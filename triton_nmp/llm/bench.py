@@ -137,7 +137,7 @@ def worker(model_name: str, mode: str, dtype_name: str, prompt_len: int, cache: 
         # the auto policy moves a tensor to the layout decode reads it fastest in once decode's accrued loss
         # pays for the move (`triton_nmp.relayout`): measure the first step that moves what the step before
         # it moved (nothing, or only tensors a step allocates afresh), and report what moved on the way
-        moved_bytes, moved_seconds, steps, before = 0, 0.0, 0, None
+        moved_bytes, moved_seconds, steps, before = 0, 0.0, 0, []
         while True:
             with triton_nmp.profile() as prof:
                 compiled(token, pos)
