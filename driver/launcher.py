@@ -398,6 +398,7 @@ class NMPLauncher:
             if tensor is None:
                 continue
             name = next(n for j, _, n in self._ptr_args if j == offer.arg)
+            relayout.hints.moved(token, offer.layout, offer.move_cycles, self.kernel_name)
             plm.assign(tensor, dataclasses.replace(offer.layout, origin=tensor.data_ptr(), chosen=True,
                                                    provisional=False),
                        why=(f"kernel '{self.kernel_name}': re-laid out, it pays: {launches} launch(es) of this kernel "
@@ -440,6 +441,8 @@ class NMPLauncher:
                 c.placement, origin=auto[i][0], chosen=True, provisional=i in sparse),
                 reason=f"{c.reason}; provisional: this launch moves less than half of its bytes" if i in sparse
                 else c.reason) for i, c in memo.items()}
+            if relayout.enabled():
+                self._apply_writer_hints(vals, grid, spec, fp, fixed, auto, choices, sparse)
         for i, _slot, name in self._ptr_args:
             if i not in todo:
                 continue
@@ -475,6 +478,49 @@ class NMPLauncher:
                     loaded = bool(((fp.trace[:, 2] == i) & np.isin(fp.trace[:, 0], (KIND_DMA_LOAD, KIND_GATHER))).any())
             plm.assign(tensor, placement, copy=loaded, why=f"kernel '{self.kernel_name}': {why}",
                        name=f"{self.kernel_name}.{name}")
+            if i in choices and not loaded and relayout.enabled():
+                from triton_nmp.placement_registry import lookup_token
+
+                relayout.hints.wrote(lookup_token(ptr, nbytes), self._writer_site(vals, grid, i, nbytes))
+
+    def _writer_site(self, vals: tuple[int, ...], grid: tuple[int, int, int], i: int, nbytes: int) -> tuple[Any, ...]:
+        return (self._kernel_id, grid, self._scalars(vals), i, nbytes)
+
+    def _apply_writer_hints(self, vals: tuple[int, ...], grid: tuple[int, int, int], spec: Any, fp: Any,
+                            fixed: list[Any], auto: dict[int, tuple[int, int]], choices: dict[int, Any],
+                            sparse: set[int]) -> None:
+        """Write an output where its reader moved the previous one (`relayout.WriterHints`), when the timing
+        model finds this launch slower by less than that move cost."""
+        from triton_nmp.errors import NMPError
+        from triton_nmp.simulator.timing import ArgBuffer, simulate_timing
+
+        for i, c in list(choices.items()):
+            if c.loaded or i in sparse:
+                continue
+            hint = relayout.hints.get(self._writer_site(vals, grid, i, auto[i][1]))
+            if hint is None or hint.layout.layout_signature() == c.placement.layout_signature():
+                continue
+            key = ("hint", id(spec), grid, self._scalars(vals), i, hint.layout.layout_signature(),
+                   tuple((a.placement.signature(), a.base, a.nbytes) if a is not None else None for a in fixed))
+            extra = self._layout_memo.get(key)
+            if extra is None:
+                def cycles(layouts: dict[int, Any]) -> float:
+                    full = list(fixed)
+                    for j, pl in layouts.items():
+                        full[j] = ArgBuffer("", auto[j][0], auto[j][1], pl)
+                    return simulate_timing(fp.trace, grid, full, spec, mapping=self._mapping).cycles
+
+                base = {j: ch.placement for j, ch in choices.items()}
+                try:
+                    extra = cycles({**base, i: dataclasses.replace(hint.layout, origin=auto[i][0])}) - cycles(base)
+                except NMPError:  # a hint is an optimisation: the launch's own timing reports the error, named
+                    extra = float("inf")
+                self._layout_memo[key] = extra
+            if extra < hint.move_cycles:
+                choices[i] = dataclasses.replace(
+                    c, placement=dataclasses.replace(hint.layout, origin=auto[i][0], chosen=True, provisional=False),
+                    reason=(f"written where its reader '{hint.reader}' moved this site's previous output (the move "
+                            f"cost {hint.move_cycles:.0f} cycles; writing it there costs this launch {extra:.0f})"))
 
     def _tensor_of(self, args: Sequence[Any], i: int) -> Any:
         """The torch tensor behind pointer argument i (a descriptor's base), or None."""

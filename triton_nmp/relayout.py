@@ -28,6 +28,10 @@ online, by the rule of ski rental: renting costs the gain lost per launch, buyin
   lost waiting for them: at most twice the better of never moving and moving at once, whatever the
   launches to come (the ski-rental bound), and a tensor two kernels want differently moves back and
   forth only as often as each kernel's accrued loss pays for it.
+* **Outputs written afresh every step** (activations): a move of such a tensor is remembered against the
+  launch site that wrote it (`WriterHints`), and that site writes the next one in the moved-to layout
+  directly when the timing model finds the writer slower by less than the move costs, so the reader does
+  not pay a move every step.
 * **Not counted:** launches inside a benchmark loop (`driver.benchmarker.do_bench`, used by every tuner):
   a tuner's repetitions are not the workload, and a move inside a timed call would be charged to one
   candidate. `TRITON_NMP_RELAYOUT=0` turns the rule off (layouts then stay where first chosen).
@@ -47,7 +51,8 @@ import numpy as np
 from triton_nmp.abi import KIND_DMA_STORE, KIND_SCATTER
 from triton_nmp.placement import Placement
 
-__all__ = ["Offer", "candidates", "make_offers", "Ledger", "ledger", "suspended", "enabled", "MIN_GAIN_FRACTION"]
+__all__ = ["Offer", "candidates", "make_offers", "Ledger", "ledger", "Hint", "WriterHints", "hints", "suspended",
+           "enabled", "MIN_GAIN_FRACTION"]
 
 MIN_GAIN_FRACTION = 0.05
 MAX_SITES = 4096  # accruals kept (sites of freed tensors linger until pushed out)
@@ -187,3 +192,53 @@ class Ledger:
 
 
 ledger = Ledger()
+
+
+@dataclass(frozen=True)
+class Hint:
+    """Where a reader moved the output a writer site laid out: write it there next time (if the writer
+    loses less than the move costs)."""
+
+    layout: Placement
+    move_cycles: float
+    reader: str
+
+
+class WriterHints:
+    """Outputs a step allocates afresh (activations) are laid out by their writer and, when a reader reads
+    them faster elsewhere, moved again every step. The move of such a tensor is remembered against the
+    launch site that wrote it, and that site writes the next one in the reader's layout directly, when the
+    timing model finds the writer slower by less than the move costs. Thread-safe."""
+
+    MAX = 4096
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._writers: dict[Any, Any] = {}  # registry token of a written output -> its writer's site
+        self._hints: dict[Any, Hint] = {}  # writer site -> hint
+
+    def wrote(self, token: Any, site: Any) -> None:
+        with self._lock:
+            if len(self._writers) >= self.MAX:
+                del self._writers[next(iter(self._writers))]
+            self._writers[token] = site
+
+    def moved(self, token: Any, layout: Placement, move_cycles: float, reader: str) -> None:
+        with self._lock:
+            site = self._writers.pop(token, None)
+            if site is not None:
+                if len(self._hints) >= self.MAX:
+                    del self._hints[next(iter(self._hints))]
+                self._hints[site] = Hint(layout, move_cycles, reader)
+
+    def get(self, site: Any) -> Hint | None:
+        with self._lock:
+            return self._hints.get(site)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._writers.clear()
+            self._hints.clear()
+
+
+hints = WriterHints()
