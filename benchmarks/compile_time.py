@@ -203,9 +203,10 @@ def first_compile_worker(backend: str, kernel: str) -> int:
 
 def first_compile_line(kernel: Kernel, tgts: dict[str, GPUTarget], reps: int) -> str:
     """The first compile in a process, per backend, each in fresh processes (alternating, median of
-    `reps`): what a user's first kernel costs. Both pay Triton's one-time hash of its own sources
-    (`triton_key`, measured here too); in one shared process only the first backend would."""
-    from triton.runtime.cache import triton_key
+    `reps`): what a user's first kernel costs. Both get Triton's one-time hash of its own sources
+    (`triton_key`) from triton-nmp's disk cache (`triton_nmp.triton_key_cache`, installed with the plugin, so
+    for either backend); hashing itself is measured here too."""
+    from triton_nmp import triton_key_cache
 
     samples: dict[str, list[float]] = {b: [] for b in tgts}
     for rep in range(reps):
@@ -217,9 +218,11 @@ def first_compile_line(kernel: Kernel, tgts: dict[str, GPUTarget], reps: int) ->
             if proc.returncode != 0:
                 return f"first compile in a fresh process: {backend} failed: {proc.stderr.strip()[-500:]}"
             samples[backend].append(float(proc.stdout.strip().splitlines()[-1]))
-    triton_key.cache_clear()
     t0 = time.perf_counter()
-    triton_key()
+    triton_key_cache.triton_key.__wrapped__()  # a fresh process: the stat-keyed disk cache
+    cached_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    triton_key_cache.original_triton_key()  # Triton's own hash, uncached
     key_s = time.perf_counter() - t0
     first = {b: statistics.median(v) for b, v in samples.items()}
     ratio = first["nmp"] / first["nvidia"]
@@ -227,7 +230,8 @@ def first_compile_line(kernel: Kernel, tgts: dict[str, GPUTarget], reps: int) ->
         f"first compile in a fresh process ({kernel.name}, imports excluded, one-time initialisation included; "
         f"median of {reps}, not in the table): " + ", ".join(f"{b} {ms(t)} ms" for b, t in first.items())
         + f"; ratio nmp/nvidia {ratio:.2f} (<= {FIRST_GOAL_RATIO:g}: {'yes' if ratio <= FIRST_GOAL_RATIO else 'no'}); "
-        f"both include Triton's hash of its own sources (triton_key, {ms(key_s)} ms now)"
+        f"both read Triton's hash of its own sources (triton_key) from the disk cache ({ms(cached_s)} ms now; "
+        f"hashing it: {ms(key_s)} ms)"
     )
 
 
