@@ -462,15 +462,18 @@ def simulate_timing(
     flags[di] = dtr[:, 7]
     pipelined = is_pipelined(kind, flags)
 
+    # per pattern and PU, sum_b bytes[b] * hops(b, pu): the same for every mapping tried, so computed once
+    idx = np.arange(P)
+    hops = np.abs(idx[:, None] // C - idx[None, :] // C) + np.abs(idx[:, None] % C - idx[None, :] % C)
+    pat_hop_bytes = pats.banks @ hops
+
     # --- mapping --------------------------------------------------------------------------------
     def _schedule_launch(pu: np.ndarray, mapping: str) -> LaunchTiming:
         """Items 3-7 of the module docstring for one program -> PU mapping."""
         # --- per-record local bytes and hop-weighted remote bytes ---------------------------------
-        idx = np.arange(P)
-        hops = np.abs(idx[:, None] // C - idx[None, :] // C) + np.abs(idx[:, None] % C - idx[None, :] % C)
         r_pu = pu[d_prog]
         local = np.where(rep, moved, np.minimum(pats.banks[rec_pat, r_pu], moved))
-        hop_bytes = (pats.banks @ hops)[rec_pat, r_pu]  # sum_b bytes[b] * hops(b, pu)
+        hop_bytes = pat_hop_bytes[rec_pat, r_pu]
         remote = moved - local
         with np.errstate(divide="ignore", invalid="ignore"):
             mean_hops = np.where(remote > 1e-9, hop_bytes / remote, 0.0)
