@@ -95,6 +95,44 @@ def test_compile_workers_find_the_backend(tmp_path):
     assert "PARENT_COMPILES 0" in out and "ARCH True" in out
 
 
+def test_small_hosts_compile_in_process_and_a_warm_process_starts_no_pool(tmp_path, monkeypatch):
+    """On a host with few CPUs (forced here) default mode compiles in the main process, and a second process
+    served by the caches starts no compile worker pool either; the results are the same."""
+    code = """
+        import os, torch
+        import triton_nmp.inductor.backend as backend
+        from torch._inductor import config
+        from torch._inductor.async_compile import AsyncCompile
+        backend.SERIAL_COMPILE_MAX_CPUS = 1 << 20  # this host counts as small
+        threads = config.compile_threads
+        f = torch.compile(lambda x, y: torch.tanh(x) * y - 1, backend="nmp")
+        x, y = torch.randn(500), torch.randn(500)
+        torch.testing.assert_close(f(x, y), torch.tanh(x) * y - 1)
+        print("POOLS", AsyncCompile.process_pool.cache_info().currsize, "RESTORED", config.compile_threads == threads)
+    """
+    monkeypatch.delenv("TORCHINDUCTOR_COMPILE_THREADS", raising=False)
+    env = {"TRITON_NMP_CACHE_DIR": str(tmp_path / "nmp")}
+    cold = run_python(code, tmp_path, env)
+    warm = run_python(code, tmp_path, env)
+    assert "POOLS 0 RESTORED True" in cold and "POOLS 0 RESTORED True" in warm
+
+
+def test_serial_compile_choice_yields_to_the_user(monkeypatch):
+    from triton_nmp.inductor import backend
+
+    monkeypatch.delenv("TORCHINDUCTOR_COMPILE_THREADS", raising=False)
+    monkeypatch.setattr(backend, "SERIAL_COMPILE_MAX_CPUS", 1 << 20)
+    assert backend.config_patches("default", None)["compile_threads"] == 1
+    assert backend.config_patches("reduce-overhead", None)["compile_threads"] == 1
+    assert "compile_threads" not in backend.config_patches("max-autotune", None)  # keeps the pool for candidates
+    assert backend.config_patches("default", {"compile_threads": 2})["compile_threads"] == 2
+    monkeypatch.setenv("TORCHINDUCTOR_COMPILE_THREADS", "2")
+    assert "compile_threads" not in backend.config_patches("default", None)
+    monkeypatch.delenv("TORCHINDUCTOR_COMPILE_THREADS")
+    monkeypatch.setattr(backend, "SERIAL_COMPILE_MAX_CPUS", 0)
+    assert "compile_threads" not in backend.config_patches("default", None)
+
+
 def test_user_triton_kernel_inside_compiled_function_has_no_graph_break():
     from tests.kernel_library import scaled_add
 
