@@ -140,3 +140,29 @@ def test_an_output_its_reader_moves_is_written_there_next_time():
     assert moves_per_step == [1, 0, 0]  # then the writer writes it in the reader's layout
     assert layouts[0] == layouts[1] == layouts[2] != ("interleaved", None, COLS * 4)
     assert any("written where its reader '_copy_blocks_kernel' moved" in d.why for d in decisions())
+
+
+@triton.jit
+def _read_blocks_update_heads_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    # reads its block of x and writes back the block's first 16 elements: an in-place update of a few
+    # bytes of a tensor read whole (a decode step's KV cache)
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs))
+    head = pid * BLOCK + tl.arange(0, 16)
+    tl.store(x_ptr + head, tl.load(x_ptr + head) * 2.0)
+
+
+def test_a_tensor_updated_in_place_in_a_few_bytes_moves_like_a_read_only_one():
+    x = torch.randn(ROWS, COLS)
+    expect = x.clone()
+    _rowwise(x)
+    first = lookup(x.data_ptr(), x.numel() * 4)
+    for _ in range(8):
+        out = torch.empty_like(x)
+        _read_blocks_update_heads_kernel[(ROWS // 8,)](x, out, BLOCK=8 * COLS)
+        heads = expect.view(ROWS // 8, -1)[:, :16]
+        heads *= 2.0
+    assert torch.equal(x, expect)  # moving data never changes results
+    assert lookup(x.data_ptr(), x.numel() * 4).layout_signature() != first.layout_signature()
+    assert sum("re-laid out, it pays" in d.why for d in decisions()) == 1

@@ -11,7 +11,8 @@ online, by the rule of ski rental: renting costs the gain lost per launch, buyin
 * **Candidates.** At a launch with a static footprint, the pointer arguments that the auto policy laid
   out (`Placement.chosen`: never a layout the user asked for with `place()` or the placement pass
   applied), that are settled (not provisional), placed whole (the argument is the whole placed range),
-  read and not written by this launch, and mostly moved by it (`auto_layout.moves_most_of`).
+  mostly moved by this launch (`auto_layout.moves_most_of`) and not mostly written by it (a weight, or a
+  KV cache a decode step reads whole and writes one position of; not an output).
 * **Offers.** The layouts `auto_layout.choose_layouts` picks for the candidates with every other argument
   where it is; per candidate whose layout would change, the timing model's cycles of this launch (its
   predicted trace, its mapping) now and with that one tensor moved, and the cycles of its move
@@ -55,6 +56,7 @@ __all__ = ["Offer", "candidates", "make_offers", "Ledger", "ledger", "Hint", "Wr
            "enabled", "MIN_GAIN_FRACTION"]
 
 MIN_GAIN_FRACTION = 0.05
+OUTPUT_FRACTION = 1 / 2  # a launch storing at least this much of a tensor writes it (no candidate)
 MAX_SITES = 4096  # accruals kept (sites of freed tensors linger until pushed out)
 
 
@@ -110,9 +112,12 @@ def candidates(trace: np.ndarray, args: list[Any], moves_most: Any) -> dict[int,
         if (pl is None or not pl.chosen or pl.provisional or pl.policy == "auto" or pl.origin != a.data_ptr
                 or pl.extent != a.nbytes):
             continue
-        mine = tr[tr[:, 2] == i]
-        if not mine.size or np.isin(mine[:, 0], (KIND_DMA_STORE, KIND_SCATTER)).any():
+        mine = tr[(tr[:, 2] == i) & (tr[:, 0] <= KIND_SCATTER)]
+        if not mine.size:
             continue
+        stores = mine[np.isin(mine[:, 0], (KIND_DMA_STORE, KIND_SCATTER))]
+        if float((stores[:, 4] * stores[:, 5]).sum()) >= OUTPUT_FRACTION * a.nbytes:
+            continue  # an output this launch (re)writes: its writer lays it out (writer hints), not a move
         if moves_most(i, a.nbytes):
             out[i] = (a.data_ptr, a.nbytes)
     return out
