@@ -20,7 +20,7 @@ class RelayoutSite:
 
     def _relayout_offer(self, vals: tuple[int, ...], grid: tuple[int, int, int], spec: Any, mapping: str,
                         fp: Any) -> tuple[Any, ...] | None:
-        """Per re-layout offered for this launch's auto-laid-out read-only tensors (`triton_nmp.relayout`):
+        """Per re-layout offered for the auto-laid-out tensors this launch reads (`triton_nmp.relayout`):
         (site, the tensor's registry token, `relayout.Offer`); None when there is none. Offers are
         memoised per kernel, footprint and placed layouts."""
         from triton_nmp import placement as plm
