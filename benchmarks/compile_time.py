@@ -204,9 +204,9 @@ def first_compile_worker(backend: str, kernel: str) -> int:
 def first_compile_line(kernel: Kernel, tgts: dict[str, GPUTarget], reps: int) -> str:
     """The first compile in a process, per backend, each in fresh processes (alternating, median of
     `reps`): what a user's first kernel costs. Both get Triton's one-time hash of its own sources
-    (`triton_key`) from triton-nmp's disk cache (`triton_nmp.triton_key_cache`, installed with the plugin, so
+    (`triton_key`) from triton-nmp's disk cache (`triton_nmp.source_keys`, installed with the plugin, so
     for either backend); hashing itself is measured here too."""
-    from triton_nmp import triton_key_cache
+    from triton_nmp import source_keys
 
     samples: dict[str, list[float]] = {b: [] for b in tgts}
     for rep in range(reps):
@@ -219,10 +219,10 @@ def first_compile_line(kernel: Kernel, tgts: dict[str, GPUTarget], reps: int) ->
                 return f"first compile in a fresh process: {backend} failed: {proc.stderr.strip()[-500:]}"
             samples[backend].append(float(proc.stdout.strip().splitlines()[-1]))
     t0 = time.perf_counter()
-    triton_key_cache.triton_key.__wrapped__()  # a fresh process: the stat-keyed disk cache
+    source_keys.triton_key.__wrapped__()  # a fresh process: the stat-keyed disk cache
     cached_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    triton_key_cache.original_triton_key()  # Triton's own hash, uncached
+    source_keys.original_triton_key()  # Triton's own hash, uncached
     key_s = time.perf_counter() - t0
     first = {b: statistics.median(v) for b, v in samples.items()}
     ratio = first["nmp"] / first["nvidia"]

@@ -28,6 +28,9 @@ def install() -> None:
     device.install()
     workarounds.install()
     benchmarking.install()
+    from triton_nmp.source_keys import install_torch_key
+
+    install_torch_key()  # torch's source hash from disk (Inductor's first cache lookup needs it)
     _installed = True
 
 
