@@ -15,6 +15,7 @@ never to host ATen kernels; whatever still runs on the host is counted per graph
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -63,37 +64,11 @@ def config_patches(mode: str | None, options: dict[str, Any] | None) -> dict[str
         "prologue_fusion": True,
     }
     patches.update(MODES[name])
-    if not patches.get("max_autotune") and serial_compile_pays():
-        patches["compile_threads"] = 1
     from triton_nmp.sweep.integrate import inductor_patches  # the tuning cache and a configured sweep engine
 
     patches.update(inductor_patches())
     patches.update(options or {})
     return patches
-
-
-SERIAL_COMPILE_MAX_CPUS = 2
-
-
-def serial_compile_pays() -> bool:
-    """Whether Inductor should compile in this process instead of its worker pool (default and reduce-overhead
-    modes; a user's TORCHINDUCTOR_COMPILE_THREADS or `options={"compile_threads": n}` wins).
-
-    On a host with at most SERIAL_COMPILE_MAX_CPUS usable CPUs the pool does not pay: its sidecar and workers each
-    import torch (seconds of CPU) beside the main process, whose Python code generation is the critical path, and
-    a warm process whose kernels all come from the caches starts the pool anyway (Inductor creates it when a cached
-    module asks for its first kernel) and never uses it. GPT-2 small, 32-token prompt, 2 CPUs shared with other
-    work: cold compile 42.3 -> 37.7 s, warm start 11.2 -> 8.9 s (benchmarks/README.md). max-autotune keeps the pool
-    for compiling its many template candidates at once. Compiled code is the same either way."""
-    import os
-
-    if "TORCHINDUCTOR_COMPILE_THREADS" in os.environ:
-        return False
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cpus = os.cpu_count() or 1
-    return cpus <= SERIAL_COMPILE_MAX_CPUS
 
 
 def _check_inputs(example_inputs: Any) -> None:
@@ -115,9 +90,18 @@ def nmp(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str | None = 
     _check_inputs(example_inputs)
     patches = config_patches(mode, options)
     record = graphs.CompiledGraph(dynamo_graph=gm, example_inputs=list(example_inputs), mode=mode or "default")
+    # A graph AOTAutograd's cache serves loads its kernels from Triton's cache and compiles nothing, yet Inductor
+    # would start its compile worker pool for it (a sidecar and workers that each import torch: seconds of CPU
+    # beside a warm process's own work, GPT-2's warm start 11-21 -> 9-16 s on 2 shared CPUs). So loads run with
+    # compile_threads=1, and a real compile (`inner_compile`, a cache miss) with Inductor's own setting. A user's
+    # options={"compile_threads": n} applies to both.
+    pool_threads = None if "compile_threads" in patches else config.compile_threads
+    if pool_threads is not None:
+        patches["compile_threads"] = 1
 
     def inner_compile(graph: torch.fx.GraphModule, inputs: Any, **kwargs: Any) -> Any:
-        out = compile_fx_inner(graph, inputs, **kwargs)
+        with config.patch(compile_threads=pool_threads) if pool_threads is not None else contextlib.nullcontext():
+            out = compile_fx_inner(graph, inputs, **kwargs)
         record.aten_graphs.append(graph)
         return out
 
