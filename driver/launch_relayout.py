@@ -2,8 +2,9 @@
 pricing the re-layouts a launch offers, accruing each launch's gain and moving a tensor when its accrued
 gain covers the move, and writing an output where its reader moved the previous one (writer hints).
 
-It reads the launcher's argument plan (`plan`, `_ptr_args`, `_scalars`), identity (`_kernel_id`,
-`kernel_name`, `_mapping`) and memo (`_layout_memo`), and owns `_relayout_memo`.
+It reads the launcher's argument plan (`plan`, `_ptr_args`, `_scalars`), identity (`metadata`, `_kernel_id`,
+`kernel_name`, `_mapping`) and memo (`_layout_memo`), and owns `_relayout_memo`. Offers are kept on disk for the
+next process (`layout_cache.offers_cached`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ class RelayoutSite:
         memoised per kernel, footprint and placed layouts."""
         from triton_nmp import placement as plm
         from triton_nmp.auto_layout import moves_most_of
+        from triton_nmp.layout_cache import offers_cached
         from triton_nmp.simulator.timing import ArgBuffer
 
         args: list[Any] = [None] * len(self.plan)
@@ -41,7 +43,7 @@ class RelayoutSite:
         memo = self._relayout_memo.get(key)
         if memo is None:
             movable = relayout.candidates(fp.trace, args, lambda i, nbytes: moves_most_of(fp.trace, i, nbytes))
-            memo = relayout.make_offers(fp.trace, grid, args, movable, mapping, spec) if movable else []
+            memo = offers_cached(self.metadata, fp.trace, grid, args, movable, mapping, spec) if movable else []
             if len(self._relayout_memo) > 64:
                 self._relayout_memo.clear()
             self._relayout_memo[key] = memo

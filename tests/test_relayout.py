@@ -166,3 +166,50 @@ def test_a_tensor_updated_in_place_in_a_few_bytes_moves_like_a_read_only_one():
     assert torch.equal(x, expect)  # moving data never changes results
     assert lookup(x.data_ptr(), x.numel() * 4).layout_signature() != first.layout_signature()
     assert sum("re-laid out, it pays" in d.why for d in decisions()) == 1
+
+
+def _scenario() -> int:
+    """A process's first sight of the case: laid out row-wise, then read block-wise until it moves; returns
+    the launch at which it moved."""
+    from triton_nmp import footprint
+
+    with footprint._lock:
+        footprint._footprints.clear()
+    for cache in _copy_blocks_kernel.device_caches.values():
+        for kernel in cache[0].values():
+            if kernel._run is not None:
+                kernel._run._relayout_memo.clear()
+                kernel._run._layout_memo.clear()
+    clear_placements()
+    relayout.ledger.clear()
+    x = torch.randn(ROWS, COLS)
+    _rowwise(x)
+    for k in range(8):
+        with triton_nmp.profile() as prof:
+            _blockwise(x)
+        if any(t.kind == "relayout" for t in prof.transfers):
+            return k
+    raise AssertionError("never moved")
+
+
+def test_a_warm_process_reads_its_offers_from_disk_and_a_bad_file_is_priced_again(tmp_path, monkeypatch):
+    from triton import knobs
+
+    monkeypatch.setattr(knobs.cache, "dir", str(tmp_path / "triton"))
+    _copy_blocks_kernel.device_caches.clear()
+    cold = _scenario()
+    files = sorted((tmp_path / "triton").rglob("_copy_blocks_kernel.relayouts-*"))
+    (path,) = [f for f in files if '"arg"' in f.read_text()]  # the block-wise launch's offer
+    good = path.read_bytes()
+
+    def no_pricing(*args):
+        raise AssertionError("cached offers must not run the timing model again")
+
+    with monkeypatch.context() as m:
+        m.setattr(relayout, "make_offers", no_pricing)
+        assert _scenario() == cold
+    path.write_text('{"key": "')
+    with pytest.warns(UserWarning, match=r"ignoring the unreadable re-layout cache file .*_copy_blocks_kernel\."
+                                         r"relayouts-.*pricing the launch's re-layouts again"):
+        assert _scenario() == cold
+    assert path.read_bytes() == good
