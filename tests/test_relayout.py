@@ -213,3 +213,16 @@ def test_a_warm_process_reads_its_offers_from_disk_and_a_bad_file_is_priced_agai
                                          r"relayouts-.*pricing the launch's re-layouts again"):
         assert _scenario() == cold
     assert path.read_bytes() == good
+
+
+def test_a_benchmark_loop_decides_no_layout():
+    # a tuner launching a candidate (here: the row-wise kernel) on a fresh tensor must not decide its layout:
+    # a warm process reads the tuning cache and never runs that candidate
+    x = torch.randn(ROWS, COLS)
+    do_bench(lambda: _rowwise(x))
+    assert lookup(x.data_ptr(), x.numel() * 4) is None  # still host data
+    _blockwise(x)
+    fresh = torch.randn(ROWS, COLS)
+    _blockwise(fresh)
+    assert lookup(x.data_ptr(), x.numel() * 4).layout_signature() == \
+        lookup(fresh.data_ptr(), fresh.numel() * 4).layout_signature()

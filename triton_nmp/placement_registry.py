@@ -258,10 +258,37 @@ def bump_generation() -> None:
         _generation += 1
 
 
+_scratch = threading.local()  # per thread: tokens recorded inside `scratch()` blocks, forgotten at their end
+
+
 def record(tensor: Any, placement: Placement) -> None:
-    """Record `placement` for the tensor's bytes [data_ptr, data_ptr + extent), until its storage is freed."""
+    """Record `placement` for the tensor's bytes [data_ptr, data_ptr + extent), until its storage is freed
+    (or, inside `scratch()`, until the block ends)."""
     token = _register(tensor, placement)
     weakref.finalize(tensor.untyped_storage(), _drop, token)
+    tokens = getattr(_scratch, "tokens", None)
+    if tokens is not None:
+        tokens.append(token)
+
+
+@contextlib.contextmanager
+def scratch() -> Iterator[None]:
+    """Placements the calling thread records inside the block are forgotten when it ends (the tensors are
+    where they were before: host data, or their earlier layout). Benchmark loops run in one, so the layout a
+    tensor gets does not depend on whether a tuner happened to launch a candidate on it first (a cold
+    process tunes, a warm one reads the tuning cache: both must simulate the same)."""
+    outer = getattr(_scratch, "tokens", None)
+    _scratch.tokens = []
+    try:
+        yield
+    finally:
+        mine, _scratch.tokens = _scratch.tokens, outer
+        if mine:
+            global _generation
+            with _lock:
+                for token in mine:
+                    _forget(token)
+                _generation += 1
 
 
 def _register(tensor: Any, placement: Placement) -> int:

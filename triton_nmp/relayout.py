@@ -35,7 +35,9 @@ online, by the rule of ski rental: renting costs the gain lost per launch, buyin
   not pay a move every step.
 * **Not counted:** launches inside a benchmark loop (`driver.benchmarker.do_bench`, used by every tuner):
   a tuner's repetitions are not the workload, and a move inside a timed call would be charged to one
-  candidate. `TRITON_NMP_RELAYOUT=0` turns the rule off (layouts then stay where first chosen).
+  candidate. Layouts the auto policy gives tensors there are forgotten after the loop, so a cold process
+  (which tunes) and a warm one (which reads the tuning cache) lay every tensor out alike.
+  `TRITON_NMP_RELAYOUT=0` turns the rule off (layouts then stay where first chosen).
 """
 
 from __future__ import annotations
@@ -70,11 +72,15 @@ _local = threading.local()
 
 @contextlib.contextmanager
 def suspended() -> Iterator[None]:
-    """Launches of the calling thread inside this block accrue nothing (benchmark loops)."""
+    """A benchmark loop: launches of the calling thread inside this block accrue nothing, and the placements
+    they record are forgotten at its end (`placement_registry.scratch`): what a tuner runs decides no layout."""
+    from triton_nmp.placement_registry import scratch
+
     depth = getattr(_local, "depth", 0)
     _local.depth = depth + 1
     try:
-        yield
+        with scratch():
+            yield
     finally:
         _local.depth = depth
 
