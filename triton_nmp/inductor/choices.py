@@ -25,6 +25,7 @@ from typing import Any
 
 from torch._inductor import config as inductor_config
 from torch._inductor.choices import InductorChoices
+from torch._inductor.virtualized import V
 
 from triton_nmp.source_hash import files_hash
 from triton_nmp.target import active_target
@@ -200,3 +201,30 @@ class NMPChoices(InductorChoices):
              for _, t, _ in kept],
             [s * 1e6 for s, _, _ in kept]))
         return [ktcs[i] for _, _, i in kept]
+
+    @staticmethod
+    def reduction_split_factor(device: Any, reduction_numel_hint: int, numel_hint: int, inner_reduction: bool) -> int:
+        if getattr(device, "type", device) != "cpu":
+            return InductorChoices.reduction_split_factor(device, reduction_numel_hint, numel_hint, inner_reduction)
+        from .reductions import split_factor
+
+        return split_factor(active_target(), reduction_numel_hint, numel_hint, inner_reduction).split
+
+    def triton_kernel_kwargs(self, kernel_cls: Any, features: Any, groups: list, kernel_kwargs: dict) -> dict:
+        from torch._inductor.codegen.triton import FixedTritonConfig
+        from torch._inductor.runtime.hints import ReductionHint
+
+        from .reductions import outer_block_config
+
+        if (kernel_kwargs.get("fixed_config") is not None or not features.is_reduction()
+                or features.get_reduction_hint() != ReductionHint.OUTER):
+            return kernel_kwargs
+        try:
+            numel = int(V.graph.sizevars.optimization_hint(features.numel))
+            rnumel = int(V.graph.sizevars.optimization_hint(features.reduction_numel))
+        except (TypeError, ValueError):
+            return kernel_kwargs
+        persistent = kernel_kwargs.get("override_persistent_reduction")
+        if persistent is None:
+            persistent = self.should_use_persistent_reduction(features, False)
+        return {**kernel_kwargs, "fixed_config": FixedTritonConfig(outer_block_config(active_target().num_pus, numel, rnumel, persistent))}

@@ -238,7 +238,8 @@ def plot_breakdown(results: list[RunResult], path: str) -> None:
 
     def kind(name: str) -> str:
         for prefix, label in (("triton_tem", "matmul templates"), ("triton_per", "persistent reductions"),
-                              ("triton_red", "reductions"), ("triton_poi", "pointwise")):
+                              ("triton_red", "reductions"), ("triton_poi", "pointwise"),
+                              ("triton_unk", "reductions")):  # a fixed config (nmp reductions) is named "unk"
             if name.startswith(prefix):
                 return label
         return "other"

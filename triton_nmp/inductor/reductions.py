@@ -1,0 +1,85 @@
+"""Reduction decisions on nmp's terms: how far to split a reduction, and each reduction kernel's block sizes.
+
+Inductor sizes both for a GPU (`InductorChoices.reduction_split_factor`: thousands of threads per SM, so a
+decode step's softmax @ V over a 1024-position cache becomes 256 partial sums of 4 rows each, written and read
+back as fp32; `triton_heuristics._reduction_configs`: XBLOCK 8 for an outer reduction, 16-byte DMA runs). On
+nmp one program runs on one PU and streams its tiles from a DRAM bank by DMA, so:
+
+* `split_factor`: split only as far as needed to give every PU a program, in chunks that stay long contiguous
+  DMA runs, chosen by a small cost model (waves of programs over the PUs x rows per program, plus a fixed cost
+  per program and the partials' second pass);
+* `fixed_block_config`: an outer reduction (reducing over rows of a row-major tile) gets XBLOCK = the
+  contiguous row, and an R0_BLOCK that keeps the tile within the scratchpad budget, decided at compile time
+  (`FixedTritonConfig`), so nothing is autotuned at run time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from triton_nmp.target import TargetSpec
+
+__all__ = ["SplitChoice", "split_factor", "outer_block_config"]
+
+OUTER_XBLOCK = 64  # columns of an outer reduction one program reduces: a 128-256 byte run per row
+MIN_OUTER_XBLOCK = 16  # ... at least, when fewer columns spread the outputs over more PUs
+MIN_OUTER_ROWS = 32  # rows per split chunk of an outer reduction (a chunk is one contiguous DMA of rows x XBLOCK)
+MIN_INNER_RUN = 512  # elements per split chunk of an inner reduction (one contiguous run)
+ELEMENT_BYTES = 2  # the reduced tensor's element size is not known here: fp16/bf16, an LLM's activations
+PARTIAL_BYTES = 4  # the first pass writes fp32 partials
+
+
+@dataclass(frozen=True)
+class SplitChoice:
+    split: int
+    programs: int  # of the first pass
+    cycles: float  # modelled: the first pass's waves plus, when split, the second pass and its launch
+
+
+def split_factor(spec: TargetSpec, reduction_numel: int, numel: int, inner: bool) -> SplitChoice:
+    """How many pieces to split a reduction of `reduction_numel` elements into, for each of `numel` outputs.
+
+    The model streams the reduced tensor from the banks: a program costs a DMA setup plus its chunk at the bank
+    bandwidth, programs run in waves over the PUs; a split adds the second pass (partials read remotely, spread
+    over the PUs) and one more launch (a launch graph's dispatch, the cheapest). Splits are powers of two that
+    divide the reduction and keep each chunk a long contiguous run."""
+    x_programs = numel if inner else max(1, -(-numel // OUTER_XBLOCK))
+    chunk_bytes_per_elem = ELEMENT_BYTES * (1 if inner else min(numel, OUTER_XBLOCK))
+    min_chunk = MIN_INNER_RUN if inner else MIN_OUTER_ROWS
+    launch = spec.launch_graph_dispatch_us * 1e3 * spec.clock_ghz
+
+    def first_pass(split: int) -> tuple[int, float]:
+        programs = x_programs * split
+        waves = -(-programs // spec.num_pus)
+        return programs, waves * (spec.dma_setup_cycles
+                                  + reduction_numel // split * chunk_bytes_per_elem / spec.bank_bytes_per_cycle)
+
+    programs, cycles = first_pass(1)
+    best = SplitChoice(1, programs, cycles)
+    s = 2
+    while s <= reduction_numel and reduction_numel // s >= min_chunk:
+        if reduction_numel % s == 0:
+            programs, cycles = first_pass(s)
+            partials = numel * s * PARTIAL_BYTES / spec.num_pus
+            cycles += launch + spec.dma_setup_cycles + partials / spec.remote_read_bytes_per_cycle
+            if cycles < best.cycles:
+                best = SplitChoice(s, programs, cycles)
+        s *= 2
+    return best
+
+
+def outer_block_config(num_pus: int, numel: int, reduction_numel: int, persistent: bool,
+                       tile_elems: int = 4096) -> dict[str, int]:
+    """XBLOCK/R0_BLOCK for an outer reduction: a full contiguous row, rows up to `tile_elems` per tile."""
+    xblock = min(OUTER_XBLOCK, max(MIN_OUTER_XBLOCK, _pow2_ceil(-(-numel // num_pus))), _pow2_ceil(numel))
+    if persistent:
+        return {"XBLOCK": xblock}
+    rblock = max(1, min(_pow2_ceil(reduction_numel), tile_elems // xblock))
+    return {"XBLOCK": xblock, "R0_BLOCK": rblock}
+
+
+def _pow2_ceil(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
