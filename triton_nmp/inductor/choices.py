@@ -10,7 +10,9 @@ compile workers see).
   target's scratchpad and PUs, not triton-cpu's list), are ranked by `gemm.estimate`, and only the best one
   (default mode) or the best `gemm.tuned_candidates(n)` (max-autotune, which then simulates them) become
   Inductor choices; `max_autotune_gemm_search_space="EXHAUSTIVE"` keeps them all (every legal tile simulated).
-  Every decision is logged in `gemm_selections()`. `pinned_tile(tile)` makes every matmul compiled inside it use
+  Every decision is logged in `gemm_selections()`.
+* Reductions: the split factor and outer reductions' block sizes come from `reductions` (sized for the PUs and
+  the banks' DMA, not a GPU's threads). `pinned_tile(tile)` makes every matmul compiled inside it use
   that tile (when legal for its shape), e.g. to simulate each candidate of one matmul and check the model's pick.
 """
 
@@ -204,6 +206,7 @@ class NMPChoices(InductorChoices):
 
     @staticmethod
     def reduction_split_factor(device: Any, reduction_numel_hint: int, numel_hint: int, inner_reduction: bool) -> int:
+        """How far to split a reduction with few outputs: `reductions.split_factor` (Inductor's sizes a GPU)."""
         if getattr(device, "type", device) != "cpu":
             return InductorChoices.reduction_split_factor(device, reduction_numel_hint, numel_hint, inner_reduction)
         from .reductions import split_factor
@@ -211,13 +214,17 @@ class NMPChoices(InductorChoices):
         return split_factor(active_target(), reduction_numel_hint, numel_hint, inner_reduction).split
 
     def triton_kernel_kwargs(self, kernel_cls: Any, features: Any, groups: list, kernel_kwargs: dict) -> dict:
+        """Outer reductions get their block sizes fixed at compile time (`reductions.outer_block_config`)."""
         from torch._inductor.codegen.triton import FixedTritonConfig
         from torch._inductor.runtime.hints import ReductionHint
 
         from .reductions import outer_block_config
 
         if (kernel_kwargs.get("fixed_config") is not None or not features.is_reduction()
-                or features.get_reduction_hint() != ReductionHint.OUTER):
+                or features.contains_op("scan")):
+            return kernel_kwargs
+        hint = features.get_reduction_hint()
+        if hint not in (ReductionHint.OUTER, ReductionHint.INNER):
             return kernel_kwargs
         try:
             numel = int(V.graph.sizevars.optimization_hint(features.numel))
@@ -227,4 +234,9 @@ class NMPChoices(InductorChoices):
         persistent = kernel_kwargs.get("override_persistent_reduction")
         if persistent is None:
             persistent = self.should_use_persistent_reduction(features, False)
-        return {**kernel_kwargs, "fixed_config": FixedTritonConfig(outer_block_config(active_target().num_pus, numel, rnumel, persistent))}
+        pus = active_target().num_pus
+        if hint == ReductionHint.OUTER:
+            config = outer_block_config(pus, numel, rnumel, persistent)
+        else:
+            return kernel_kwargs
+        return {**kernel_kwargs, "fixed_config": FixedTritonConfig(config)}
