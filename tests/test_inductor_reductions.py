@@ -50,3 +50,11 @@ def test_compiled_decode_attention_uses_nmp_split_and_blocks():
     grids = [r.grid[0] for r in prof.launches]
     assert 192 in grids, [(r.kernel, r.grid) for r in prof.launches]  # 12 heads x 16 chunks of 64 rows
     assert max(grids) <= 192  # no 256-way split into 4-row partials
+
+
+def test_inner_block_config_gives_each_pu_several_rows():
+    from triton_nmp.inductor.reductions import inner_block_config
+
+    assert inner_block_config(64, 512, 768) == {"XBLOCK": 8}  # a prefill layer norm: 64 programs of 8 rows
+    assert inner_block_config(64, 1, 768) == {"XBLOCK": 1}  # a decode layer norm
+    assert inner_block_config(64, 4096, 4096) == {"XBLOCK": 2}  # the tile stays within 8192 elements

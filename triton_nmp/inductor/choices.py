@@ -11,8 +11,8 @@ compile workers see).
   (default mode) or the best `gemm.tuned_candidates(n)` (max-autotune, which then simulates them) become
   Inductor choices; `max_autotune_gemm_search_space="EXHAUSTIVE"` keeps them all (every legal tile simulated).
   Every decision is logged in `gemm_selections()`.
-* Reductions: the split factor and outer reductions' block sizes come from `reductions` (sized for the PUs and
-  the banks' DMA, not a GPU's threads). `pinned_tile(tile)` makes every matmul compiled inside it use
+* Reductions: the split factor and the block sizes of outer and persistent inner reductions come from
+  `reductions` (sized for the PUs and the banks' DMA, not a GPU's threads). `pinned_tile(tile)` makes every matmul compiled inside it use
   that tile (when legal for its shape), e.g. to simulate each candidate of one matmul and check the model's pick.
 """
 
@@ -214,11 +214,12 @@ class NMPChoices(InductorChoices):
         return split_factor(active_target(), reduction_numel_hint, numel_hint, inner_reduction).split
 
     def triton_kernel_kwargs(self, kernel_cls: Any, features: Any, groups: list, kernel_kwargs: dict) -> dict:
-        """Outer reductions get their block sizes fixed at compile time (`reductions.outer_block_config`)."""
+        """Outer and persistent inner reductions get their block sizes fixed at compile time
+        (`reductions.outer_block_config`, `reductions.inner_block_config`)."""
         from torch._inductor.codegen.triton import FixedTritonConfig
         from torch._inductor.runtime.hints import ReductionHint
 
-        from .reductions import outer_block_config
+        from .reductions import inner_block_config, outer_block_config
 
         if (kernel_kwargs.get("fixed_config") is not None or not features.is_reduction()
                 or features.contains_op("scan")):
@@ -237,6 +238,8 @@ class NMPChoices(InductorChoices):
         pus = active_target().num_pus
         if hint == ReductionHint.OUTER:
             config = outer_block_config(pus, numel, rnumel, persistent)
+        elif persistent:
+            config = inner_block_config(pus, numel, rnumel)
         else:
             return kernel_kwargs
         return {**kernel_kwargs, "fixed_config": FixedTritonConfig(config)}

@@ -19,12 +19,13 @@ from dataclasses import dataclass
 
 from triton_nmp.target import TargetSpec
 
-__all__ = ["SplitChoice", "split_factor", "outer_block_config"]
+__all__ = ["SplitChoice", "split_factor", "outer_block_config", "inner_block_config"]
 
 OUTER_XBLOCK = 64  # columns of an outer reduction one program reduces: a 128-256 byte run per row
 MIN_OUTER_XBLOCK = 16  # ... at least, when fewer columns spread the outputs over more PUs
 MIN_OUTER_ROWS = 32  # rows per split chunk of an outer reduction (a chunk is one contiguous DMA of rows x XBLOCK)
 MIN_INNER_RUN = 512  # elements per split chunk of an inner reduction (one contiguous run)
+INNER_TILE_ELEMS = 8192  # elements of a persistent inner reduction's [XBLOCK, R0_BLOCK] tile (32 KiB in fp32)
 ELEMENT_BYTES = 2  # the reduced tensor's element size is not known here: fp16/bf16, an LLM's activations
 PARTIAL_BYTES = 4  # the first pass writes fp32 partials
 
@@ -76,6 +77,17 @@ def outer_block_config(num_pus: int, numel: int, reduction_numel: int, persisten
         return {"XBLOCK": xblock}
     rblock = max(1, min(_pow2_ceil(reduction_numel), tile_elems // xblock))
     return {"XBLOCK": xblock, "R0_BLOCK": rblock}
+
+
+def inner_block_config(num_pus: int, numel: int, reduction_numel: int, tile_elems: int = INNER_TILE_ELEMS) -> dict[str, int]:
+    """XBLOCK of a persistent inner reduction (each program reduces whole rows): as many rows per program as
+    keep every PU busy and the tile within `tile_elems`, so a program's DMAs are runs of several rows (a
+    prefill layer norm: 8 rows of 768 per program, 64 programs, instead of Inductor's 512 one-row programs)."""
+    rblock = _pow2_ceil(reduction_numel)
+    xblock = 1
+    while xblock * 2 * rblock <= tile_elems and -(-numel // (xblock * 2)) >= num_pus:
+        xblock *= 2
+    return {"XBLOCK": xblock}
 
 
 def _pow2_ceil(n: int) -> int:
