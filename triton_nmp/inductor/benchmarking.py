@@ -106,9 +106,8 @@ _previous: Any = None
 def install() -> None:
     """Register `simulated_benchmark` for device type "cpu" (idempotent)."""
     global _previous
-    from torch._inductor.runtime import benchmarking
-
     from torch._inductor.codegen.triton import TritonScheduling
+    from torch._inductor.runtime import benchmarking
 
     current = benchmarking._BENCHMARK_DISPATCH.get("cpu")
     if current is simulated_benchmark:
@@ -123,9 +122,8 @@ def install() -> None:
 
 def uninstall() -> None:
     global _previous
-    from torch._inductor.runtime import benchmarking
-
     from torch._inductor.codegen.triton import TritonScheduling
+    from torch._inductor.runtime import benchmarking
 
     if _previous is not None:
         benchmarking.register_benchmarker("cpu", _previous, override=True)

@@ -10,10 +10,10 @@ compile workers see).
   target's scratchpad and PUs, not triton-cpu's list), are ranked by `gemm.estimate`, and only the best one
   (default mode) or the best `gemm.tuned_candidates(n)` (max-autotune, which then simulates them) become
   Inductor choices; `max_autotune_gemm_search_space="EXHAUSTIVE"` keeps them all (every legal tile simulated).
-  Every decision is logged in `gemm_selections()`.
-* Reductions: the split factor and the block sizes of outer and persistent inner reductions come from
-  `reductions` (sized for the PUs and the banks' DMA, not a GPU's threads). `pinned_tile(tile)` makes every matmul compiled inside it use
+  Every decision is logged in `gemm_selections()`. `pinned_tile(tile)` makes every matmul compiled inside it use
   that tile (when legal for its shape), e.g. to simulate each candidate of one matmul and check the model's pick.
+* Reductions: the split factor and the block sizes of outer and persistent inner reductions come from
+  `reductions` (sized for the PUs and the banks' DMA, not a GPU's threads).
 """
 
 from __future__ import annotations

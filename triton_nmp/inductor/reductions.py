@@ -6,11 +6,15 @@ back as fp32; `triton_heuristics._reduction_configs`: XBLOCK 8 for an outer redu
 nmp one program runs on one PU and streams its tiles from a DRAM bank by DMA, so:
 
 * `split_factor`: split only as far as needed to give every PU a program, in chunks that stay long contiguous
-  DMA runs, chosen by a small cost model (waves of programs over the PUs x rows per program, plus a fixed cost
-  per program and the partials' second pass);
-* `fixed_block_config`: an outer reduction (reducing over rows of a row-major tile) gets XBLOCK = the
-  contiguous row, and an R0_BLOCK that keeps the tile within the scratchpad budget, decided at compile time
-  (`FixedTritonConfig`), so nothing is autotuned at run time.
+  DMA runs, chosen by a small model of the target (waves of programs streaming their chunk from the banks,
+  plus, when split, the second pass over the partials and its launch);
+* `outer_block_config`: an outer reduction (reducing over rows of a row-major tile) gets XBLOCK = the
+  contiguous row and an R0_BLOCK that keeps the tile within 4096 elements;
+* `inner_block_config`: a persistent inner reduction (a layer norm) gets several rows per program, as many as
+  keep every PU busy.
+
+The block sizes are fixed at compile time (Inductor's `FixedTritonConfig`, set by `NMPChoices`), so nothing is
+autotuned for them at run time.
 """
 
 from __future__ import annotations
@@ -79,7 +83,8 @@ def outer_block_config(num_pus: int, numel: int, reduction_numel: int, persisten
     return {"XBLOCK": xblock, "R0_BLOCK": rblock}
 
 
-def inner_block_config(num_pus: int, numel: int, reduction_numel: int, tile_elems: int = INNER_TILE_ELEMS) -> dict[str, int]:
+def inner_block_config(num_pus: int, numel: int, reduction_numel: int,
+                       tile_elems: int = INNER_TILE_ELEMS) -> dict[str, int]:
     """XBLOCK of a persistent inner reduction (each program reduces whole rows): as many rows per program as
     keep every PU busy and the tile within `tile_elems`, so a program's DMAs are runs of several rows (a
     prefill layer norm: 8 rows of 768 per program, 64 programs, instead of Inductor's 512 one-row programs)."""
