@@ -240,6 +240,8 @@ class NMPChoices(InductorChoices):
             config = outer_block_config(pus, numel, rnumel, persistent)
         elif persistent:
             config = inner_block_config(pus, numel, rnumel)
+            if config["XBLOCK"] == 1:  # one row per program (a decode step's layer norm): Inductor's own config
+                return kernel_kwargs
         else:
             return kernel_kwargs
         return {**kernel_kwargs, "fixed_config": FixedTritonConfig(config)}

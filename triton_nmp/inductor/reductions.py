@@ -11,7 +11,7 @@ nmp one program runs on one PU and streams its tiles from a DRAM bank by DMA, so
 * `outer_block_config`: an outer reduction (reducing over rows of a row-major tile) gets XBLOCK = the
   contiguous row and an R0_BLOCK that keeps the tile within 4096 elements;
 * `inner_block_config`: a persistent inner reduction (a layer norm) gets several rows per program, as many as
-  keep every PU busy.
+  keep every PU busy (where that is one row, Inductor's own config stays).
 
 The block sizes are fixed at compile time (Inductor's `FixedTritonConfig`, set by `NMPChoices`), so nothing is
 autotuned for them at run time.
