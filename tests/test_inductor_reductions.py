@@ -35,7 +35,8 @@ def test_outer_block_config_reads_whole_rows_and_spreads_small_outputs():
 
 
 @pytest.mark.skipif(not cpu_entry_registered(), reason="triton-nmp's Triton entry point 'cpu' is not registered")
-def test_compiled_decode_attention_uses_nmp_split_and_blocks():
+def test_compiled_decode_attention_uses_nmp_split_and_blocks(monkeypatch, fresh_inductor):
+    monkeypatch.setenv("TRITON_NMP_REDUCTION_SPLIT", "1")  # opt-in (see reductions.py)
     def attend(s, v):
         return torch.softmax(s.float(), dim=-1).to(v.dtype) @ v
 

@@ -139,8 +139,11 @@ class NMPChoices(InductorChoices):
     def uuid(self) -> str:
         from triton_nmp.placement import default_policy
 
+        from .reductions import split_enabled
+
         pin = f":pin{_PINNED[-1]}" if _PINNED else ""
-        return f"triton-nmp:{sources_hash()[:16]}:{active_target().hash()[:16]}:{default_policy()}{pin}"
+        split = ":rsplit" if split_enabled() else ""
+        return f"triton-nmp:{sources_hash()[:16]}:{active_target().hash()[:16]}:{default_policy()}{pin}{split}"
 
     def get_ktc(self, kernel_inputs: Any, template: Any, op_name: str, kwarg_overrides: Any = None):
         if kernel_inputs.device_type == "cpu" and op_name in _GEMM_OPS and template.uid in _gemm_templates():
@@ -206,20 +209,21 @@ class NMPChoices(InductorChoices):
 
     @staticmethod
     def reduction_split_factor(device: Any, reduction_numel_hint: int, numel_hint: int, inner_reduction: bool) -> int:
-        """How far to split a reduction with few outputs: `reductions.split_factor` (Inductor's sizes a GPU)."""
-        if getattr(device, "type", device) != "cpu":
-            return InductorChoices.reduction_split_factor(device, reduction_numel_hint, numel_hint, inner_reduction)
-        from .reductions import split_factor
+        """How far to split a reduction with few outputs: `reductions.split_factor` when enabled
+        (`reductions.split_enabled`), else Inductor's (sized for a GPU)."""
+        from .reductions import split_enabled, split_factor
 
+        if getattr(device, "type", device) != "cpu" or not split_enabled():
+            return InductorChoices.reduction_split_factor(device, reduction_numel_hint, numel_hint, inner_reduction)
         return split_factor(active_target(), reduction_numel_hint, numel_hint, inner_reduction).split
 
     def triton_kernel_kwargs(self, kernel_cls: Any, features: Any, groups: list, kernel_kwargs: dict) -> dict:
-        """Outer and persistent inner reductions get their block sizes fixed at compile time
-        (`reductions.outer_block_config`, `reductions.inner_block_config`)."""
+        """Persistent inner reductions (and, when enabled, outer ones) get their block sizes fixed at compile time
+        (`reductions.inner_block_config`, `reductions.outer_block_config`)."""
         from torch._inductor.codegen.triton import FixedTritonConfig
         from torch._inductor.runtime.hints import ReductionHint
 
-        from .reductions import inner_block_config, outer_block_config
+        from .reductions import inner_block_config, outer_block_config, split_enabled
 
         if (kernel_kwargs.get("fixed_config") is not None or not features.is_reduction()
                 or features.contains_op("scan")):
@@ -236,9 +240,9 @@ class NMPChoices(InductorChoices):
         if persistent is None:
             persistent = self.should_use_persistent_reduction(features, False)
         pus = active_target().num_pus
-        if hint == ReductionHint.OUTER:
+        if hint == ReductionHint.OUTER and split_enabled():
             config = outer_block_config(pus, numel, rnumel, persistent)
-        elif persistent:
+        elif hint == ReductionHint.INNER and persistent:
             config = inner_block_config(pus, numel, rnumel)
             if config["XBLOCK"] == 1:  # one row per program (a decode step's layer norm): Inductor's own config
                 return kernel_kwargs

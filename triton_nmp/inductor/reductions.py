@@ -13,17 +13,22 @@ nmp one program runs on one PU and streams its tiles from a DRAM bank by DMA, so
 * `inner_block_config`: a persistent inner reduction (a layer norm) gets several rows per program, as many as
   keep every PU busy (where that is one row, Inductor's own config stays).
 
-The block sizes are fixed at compile time (Inductor's `FixedTritonConfig`, set by `NMPChoices`), so nothing is
+The split factor and the outer block sizes are opt-in (`split_enabled`, `TRITON_NMP_REDUCTION_SPLIT=1`): they make
+a decode step's attention kernels about twice as fast, but the smaller partials change Inductor's buffer reuse
+so that layer-norm outputs land in storages automatic placement replicated for a GEMV, and a store to a
+replicated tensor writes every bank's copy (Llama decode +30% end to end; a placement issue). The block sizes
+are fixed at compile time (Inductor's `FixedTritonConfig`, set by `NMPChoices`), so nothing is
 autotuned for them at run time.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from triton_nmp.target import TargetSpec
 
-__all__ = ["SplitChoice", "split_factor", "outer_block_config", "inner_block_config"]
+__all__ = ["SplitChoice", "split_factor", "outer_block_config", "inner_block_config", "split_enabled"]
 
 OUTER_XBLOCK = 64  # columns of an outer reduction one program reduces: a 128-256 byte run per row
 MIN_OUTER_XBLOCK = 16  # ... at least, when fewer columns spread the outputs over more PUs
@@ -32,6 +37,11 @@ MIN_INNER_RUN = 512  # elements per split chunk of an inner reduction (one conti
 INNER_TILE_ELEMS = 8192  # elements of a persistent inner reduction's [XBLOCK, R0_BLOCK] tile (32 KiB in fp32)
 ELEMENT_BYTES = 2  # the reduced tensor's element size is not known here: fp16/bf16, an LLM's activations
 PARTIAL_BYTES = 4  # the first pass writes fp32 partials
+
+
+def split_enabled() -> bool:
+    """Whether nmp's split factor and outer block sizes replace Inductor's (`TRITON_NMP_REDUCTION_SPLIT=1`)."""
+    return os.environ.get("TRITON_NMP_REDUCTION_SPLIT", "") == "1"
 
 
 @dataclass(frozen=True)
