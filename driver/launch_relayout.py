@@ -1,6 +1,6 @@
 """The launcher's side of `triton_nmp.relayout` (re-layout when it pays), as a mixin of `NMPLauncher`:
 pricing the re-layouts a launch offers, accruing each launch's gain and moving a tensor when its accrued
-gain covers the move, and writing an output where its reader moved the previous one (writer hints).
+gain covers the move; activations (tensors some launch wrote whole) are marked and never moved.
 
 It reads the launcher's argument plan (`plan`, `_ptr_args`, `_scalars`), identity (`metadata`, `_kernel_id`,
 `kernel_name`, `_mapping`) and memo (`_layout_memo`), and owns `_relayout_memo`. Offers are kept on disk for the
@@ -36,23 +36,31 @@ class RelayoutSite:
                 args[i] = ArgBuffer(name, ptr, nbytes, plm.placement_of(ptr, nbytes))
         if not any(a is not None and a.placement.chosen for a in args):
             return None
+        from triton_nmp.placement_registry import lookup_token
+
+        tokens = {i: lookup_token(a.data_ptr, a.nbytes) for i, a in enumerate(args) if a is not None}
+        whole = self._relayout_memo.get(("whole", id(fp)))
+        if whole is None or whole[0] is not fp:
+            whole = (fp, relayout.written_whole(fp.trace, {i: a.nbytes for i, a in enumerate(args) if a is not None}))
+            self._relayout_memo[("whole", id(fp))] = whole
+        for i in whole[1]:
+            relayout.outputs.add(tokens.get(i))
+        activations = frozenset(i for i, t in tokens.items() if t in relayout.outputs)
         where = tuple((a.placement.layout_signature(), a.placement.chosen, a.placement.provisional,
-                       a.data_ptr - a.placement.origin, a.placement.extent, a.nbytes) if a is not None else None
-                      for a in args)
+                       a.data_ptr - a.placement.origin, a.placement.extent, a.nbytes, i in activations)
+                      if a is not None else None for i, a in enumerate(args))
         key = (id(spec), grid, self._scalars(vals), mapping, where)
         memo = self._relayout_memo.get(key)
         if memo is None:
-            movable = relayout.candidates(fp.trace, args, lambda i, nbytes: moves_most_of(fp.trace, i, nbytes))
+            movable = relayout.candidates(fp.trace, args, lambda i, nbytes: moves_most_of(fp.trace, i, nbytes),
+                                          activations)
             memo = offers_cached(self.metadata, fp.trace, grid, args, movable, mapping, spec) if movable else []
             if len(self._relayout_memo) > 64:
                 self._relayout_memo.clear()
             self._relayout_memo[key] = memo
         if not memo:
             return None
-        from triton_nmp.placement_registry import lookup_token
-
-        return tuple(((self._kernel_id, grid), lookup_token(args[o.arg].data_ptr, args[o.arg].nbytes), o)
-                     for o in memo)
+        return tuple(((self._kernel_id, grid), tokens[o.arg], o) for o in memo)
 
     def _accrue(self, args: Sequence[Any], vals: tuple[int, ...], items: tuple[Any, ...]) -> None:
         """One launch's gains towards the re-layouts offered (`triton_nmp.relayout`); moves a tensor when
@@ -69,7 +77,6 @@ class RelayoutSite:
             if tensor is None:
                 continue
             name = next(n for j, _, n in self._ptr_args if j == offer.arg)
-            relayout.hints.moved(token, offer.layout, offer.move_cycles, self.kernel_name)
             plm.assign(tensor, dataclasses.replace(offer.layout, origin=tensor.data_ptr(), chosen=True,
                                                    provisional=False),
                        why=(f"kernel '{self.kernel_name}': re-laid out, it pays: {launches} launch(es) of this kernel "
@@ -79,42 +86,3 @@ class RelayoutSite:
             moved = True
         if moved:
             self._last_place = None
-
-    def _writer_site(self, vals: tuple[int, ...], grid: tuple[int, int, int], i: int, nbytes: int) -> tuple[Any, ...]:
-        return (self._kernel_id, grid, self._scalars(vals), i, nbytes)
-
-    def _apply_writer_hints(self, vals: tuple[int, ...], grid: tuple[int, int, int], spec: Any, fp: Any,
-                            fixed: list[Any], auto: dict[int, tuple[int, int]], choices: dict[int, Any],
-                            sparse: set[int]) -> None:
-        """Write an output where its reader moved the previous one (`relayout.WriterHints`), when the timing
-        model finds this launch slower by less than that move cost."""
-        from triton_nmp.errors import NMPError
-        from triton_nmp.simulator.timing import ArgBuffer, simulate_timing
-
-        for i, c in list(choices.items()):
-            if c.loaded or i in sparse:
-                continue
-            hint = relayout.hints.get(self._writer_site(vals, grid, i, auto[i][1]))
-            if hint is None or hint.layout.layout_signature() == c.placement.layout_signature():
-                continue
-            key = ("hint", id(spec), grid, self._scalars(vals), i, hint.layout.layout_signature(),
-                   tuple((a.placement.signature(), a.base, a.nbytes) if a is not None else None for a in fixed))
-            extra = self._layout_memo.get(key)
-            if extra is None:
-                def cycles(layouts: dict[int, Any]) -> float:
-                    full = list(fixed)
-                    for j, pl in layouts.items():
-                        full[j] = ArgBuffer("", auto[j][0], auto[j][1], pl)
-                    return simulate_timing(fp.trace, grid, full, spec, mapping=self._mapping).cycles
-
-                base = {j: ch.placement for j, ch in choices.items()}
-                try:
-                    extra = cycles({**base, i: dataclasses.replace(hint.layout, origin=auto[i][0])}) - cycles(base)
-                except NMPError:  # a hint is an optimisation: the launch's own timing reports the error, named
-                    extra = float("inf")
-                self._layout_memo[key] = extra
-            if extra < hint.move_cycles:
-                choices[i] = dataclasses.replace(
-                    c, placement=dataclasses.replace(hint.layout, origin=auto[i][0], chosen=True, provisional=False),
-                    reason=(f"written where its reader '{hint.reader}' moved this site's previous output (the move "
-                            f"cost {hint.move_cycles:.0f} cycles; writing it there costs this launch {extra:.0f})"))

@@ -382,8 +382,6 @@ class NMPLauncher(RelayoutSite):
                 c.placement, origin=auto[i][0], chosen=True, provisional=i in sparse),
                 reason=f"{c.reason}; provisional: this launch moves less than half of its bytes" if i in sparse
                 else c.reason) for i, c in memo.items()}
-            if relayout.enabled():
-                self._apply_writer_hints(vals, grid, spec, fp, fixed, auto, choices, sparse)
         for i, _slot, name in self._ptr_args:
             if i not in todo:
                 continue
@@ -419,10 +417,6 @@ class NMPLauncher(RelayoutSite):
                     loaded = bool(((fp.trace[:, 2] == i) & np.isin(fp.trace[:, 0], (KIND_DMA_LOAD, KIND_GATHER))).any())
             plm.assign(tensor, placement, copy=loaded, why=f"kernel '{self.kernel_name}': {why}",
                        name=f"{self.kernel_name}.{name}")
-            if i in choices and not loaded and relayout.enabled():
-                from triton_nmp.placement_registry import lookup_token
-
-                relayout.hints.wrote(lookup_token(ptr, nbytes), self._writer_site(vals, grid, i, nbytes))
 
     def _tensor_of(self, args: Sequence[Any], i: int) -> Any:
         """The torch tensor behind pointer argument i (a descriptor's base), or None."""

@@ -11,8 +11,8 @@ online, by the rule of ski rental: renting costs the gain lost per launch, buyin
 * **Candidates.** At a launch with a static footprint, the pointer arguments that the auto policy laid
   out (`Placement.chosen`: never a layout the user asked for with `place()` or the placement pass
   applied), that are settled (not provisional), placed whole (the argument is the whole placed range),
-  mostly moved by this launch (`auto_layout.moves_most_of`) and not mostly written by it (a weight, or a
-  KV cache a decode step reads whole and writes one position of; not an output).
+  mostly moved by this launch (`auto_layout.moves_most_of`), not mostly written by it and never written
+  whole by any launch (a weight, or a KV cache a decode step reads whole and writes one position of).
 * **Offers.** The layouts `auto_layout.choose_layouts` picks for the candidates with every other argument
   where it is; per candidate whose layout would change, the timing model's cycles of this launch (its
   predicted trace, its mapping) now and with that one tensor moved, and the cycles of its move
@@ -29,10 +29,9 @@ online, by the rule of ski rental: renting costs the gain lost per launch, buyin
   lost waiting for them: at most twice the better of never moving and moving at once, whatever the
   launches to come (the ski-rental bound), and a tensor two kernels want differently moves back and
   forth only as often as each kernel's accrued loss pays for it.
-* **Outputs written afresh every step** (activations): a move of such a tensor is remembered against the
-  launch site that wrote it (`WriterHints`), and that site writes the next one in the moved-to layout
-  directly when the timing model finds the writer slower by less than the move costs, so the reader does
-  not pay a move every step.
+* **Never moved: activations.** A tensor some launch wrote whole (`Outputs`) is read by the kernels after
+  its writer, each of which may prefer another layout: moving it for one reader can cost the others more
+  (seen: Llama's 32-token prefill 5.25 -> 7.9 ms when activations moved), and each step writes a new one.
 * **Not counted:** launches inside a benchmark loop (`driver.benchmarker.do_bench`, used by every tuner):
   a tuner's repetitions are not the workload, and a move inside a timed call would be charged to one
   candidate. Layouts the auto policy gives tensors there are forgotten after the loop, so a cold process
@@ -54,11 +53,12 @@ import numpy as np
 from triton_nmp.abi import KIND_DMA_STORE, KIND_SCATTER
 from triton_nmp.placement import Placement
 
-__all__ = ["Offer", "candidates", "make_offers", "Ledger", "ledger", "Hint", "WriterHints", "hints", "suspended",
-           "enabled", "MIN_GAIN_FRACTION"]
+__all__ = ["Offer", "candidates", "make_offers", "Ledger", "ledger", "Outputs", "outputs", "written_whole",
+           "suspended", "enabled", "MIN_GAIN_FRACTION"]
 
 MIN_GAIN_FRACTION = 0.05
 OUTPUT_FRACTION = 1 / 2  # a launch storing at least this much of a tensor writes it (no candidate)
+WHOLE_FRACTION = 0.99  # a launch storing this much of a tensor wrote it whole (an activation: never moved)
 MAX_SITES = 4096  # accruals kept (sites of freed tensors linger until pushed out)
 
 
@@ -105,14 +105,15 @@ class Offer:
         return self.cycles_now - self.cycles_then
 
 
-def candidates(trace: np.ndarray, args: list[Any], moves_most: Any) -> dict[int, tuple[int, int]]:
+def candidates(trace: np.ndarray, args: list[Any], moves_most: Any,
+               activations: frozenset[int] = frozenset()) -> dict[int, tuple[int, int]]:
     """The arguments (index -> (data_ptr, nbytes)) the rule may move for a launch with footprint `trace`;
     `args` holds an `ArgBuffer` per pointer argument (None otherwise), `moves_most(i, nbytes)` whether the
-    launch moves most of argument i's bytes."""
+    launch moves most of argument i's bytes, `activations` the arguments some launch wrote whole."""
     out: dict[int, tuple[int, int]] = {}
     tr = np.asarray(trace, dtype=np.int64)
     for i, a in enumerate(args):
-        if a is None:
+        if a is None or i in activations:
             continue
         pl = a.placement
         if (pl is None or not pl.chosen or pl.provisional or pl.policy == "auto" or pl.origin != a.data_ptr
@@ -123,7 +124,7 @@ def candidates(trace: np.ndarray, args: list[Any], moves_most: Any) -> dict[int,
             continue
         stores = mine[np.isin(mine[:, 0], (KIND_DMA_STORE, KIND_SCATTER))]
         if float((stores[:, 4] * stores[:, 5]).sum()) >= OUTPUT_FRACTION * a.nbytes:
-            continue  # an output this launch (re)writes: its writer lays it out (writer hints), not a move
+            continue  # an output this launch (re)writes: its writer lays it out, not a move
         if moves_most(i, a.nbytes):
             out[i] = (a.data_ptr, a.nbytes)
     return out
@@ -205,51 +206,41 @@ class Ledger:
 ledger = Ledger()
 
 
-@dataclass(frozen=True)
-class Hint:
-    """Where a reader moved the output a writer site laid out: write it there next time (if the writer
-    loses less than the move costs)."""
+class Outputs:
+    """Registry tokens of tensors some launch wrote whole (activations: written by one kernel, read by the
+    next ones), which the rule never moves: a layout one reader prefers can cost the others, and the
+    next step writes a new one anyway. Weights and KV caches (never written whole once placed) stay
+    candidates. Thread-safe, bounded."""
 
-    layout: Placement
-    move_cycles: float
-    reader: str
-
-
-class WriterHints:
-    """Outputs a step allocates afresh (activations) are laid out by their writer and, when a reader reads
-    them faster elsewhere, moved again every step. The move of such a tensor is remembered against the
-    launch site that wrote it, and that site writes the next one in the reader's layout directly, when the
-    timing model finds the writer slower by less than the move costs. Thread-safe."""
-
-    MAX = 4096
+    MAX = 1 << 16
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._writers: dict[Any, Any] = {}  # registry token of a written output -> its writer's site
-        self._hints: dict[Any, Hint] = {}  # writer site -> hint
+        self._tokens: dict[Any, None] = {}
 
-    def wrote(self, token: Any, site: Any) -> None:
+    def add(self, token: Any) -> None:
         with self._lock:
-            if len(self._writers) >= self.MAX:
-                del self._writers[next(iter(self._writers))]
-            self._writers[token] = site
+            if len(self._tokens) >= self.MAX:
+                del self._tokens[next(iter(self._tokens))]
+            self._tokens[token] = None
 
-    def moved(self, token: Any, layout: Placement, move_cycles: float, reader: str) -> None:
+    def __contains__(self, token: Any) -> bool:
         with self._lock:
-            site = self._writers.pop(token, None)
-            if site is not None:
-                if len(self._hints) >= self.MAX:
-                    del self._hints[next(iter(self._hints))]
-                self._hints[site] = Hint(layout, move_cycles, reader)
-
-    def get(self, site: Any) -> Hint | None:
-        with self._lock:
-            return self._hints.get(site)
+            return token in self._tokens
 
     def clear(self) -> None:
         with self._lock:
-            self._writers.clear()
-            self._hints.clear()
+            self._tokens.clear()
 
 
-hints = WriterHints()
+outputs = Outputs()
+
+
+def written_whole(trace: np.ndarray, nbytes: dict[int, int]) -> frozenset[int]:
+    """The arguments (index -> bytes) a launch with footprint `trace` stores at least `WHOLE_FRACTION` of."""
+    tr = np.asarray(trace, dtype=np.int64)
+    st = tr[np.isin(tr[:, 0], (KIND_DMA_STORE, KIND_SCATTER))]
+    if not st.size:
+        return frozenset()
+    stored = np.bincount(st[:, 2], weights=(st[:, 4] * st[:, 5]).astype(np.float64))
+    return frozenset(i for i, n in nbytes.items() if i < stored.size and stored[i] >= WHOLE_FRACTION * n)
