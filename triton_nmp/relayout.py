@@ -239,7 +239,7 @@ outputs = Outputs()
 def written_whole(trace: np.ndarray, nbytes: dict[int, int]) -> frozenset[int]:
     """The arguments (index -> bytes) a launch with footprint `trace` stores at least `WHOLE_FRACTION` of."""
     tr = np.asarray(trace, dtype=np.int64)
-    st = tr[np.isin(tr[:, 0], (KIND_DMA_STORE, KIND_SCATTER))]
+    st = tr[np.isin(tr[:, 0], (KIND_DMA_STORE, KIND_SCATTER)) & (tr[:, 2] >= 0)]  # not spill traffic (-1)
     if not st.size:
         return frozenset()
     stored = np.bincount(st[:, 2], weights=(st[:, 4] * st[:, 5]).astype(np.float64))
