@@ -169,15 +169,9 @@ def test_a_tensor_updated_in_place_in_a_few_bytes_moves_like_a_read_only_one():
 def _scenario() -> int:
     """A process's first sight of the case: laid out row-wise, then read block-wise until it moves; returns
     the launch at which it moved."""
-    from triton_nmp import footprint
+    from tests.process_state import forget_launch_memos
 
-    with footprint._lock:
-        footprint._footprints.clear()
-    for cache in _copy_blocks_kernel.device_caches.values():
-        for kernel in cache[0].values():
-            if kernel._run is not None:
-                kernel._run._relayout_memo.clear()
-                kernel._run._layout_memo.clear()
+    forget_launch_memos(_copy_blocks_kernel)
     clear_placements()
     relayout.ledger.clear()
     x = torch.randn(ROWS, COLS)

@@ -16,6 +16,7 @@ from triton import knobs
 import triton_nmp
 import triton_nmp.footprint as footprint
 import triton_nmp.layout_cache as layout_cache
+from tests.process_state import forget_launch_memos
 from triton_nmp.placement import clear_placements, set_default_policy
 
 
@@ -42,12 +43,7 @@ _alive: list[torch.Tensor] = []  # fresh tensors per launch, never freed meanwhi
 
 def _launch() -> tuple[float, torch.Tensor]:
     """A launch as a process's first: no footprint or layout decision in memory, fresh tensors to place."""
-    with footprint._lock:
-        footprint._footprints.clear()
-    for cache in _scale_add.device_caches.values():
-        for kernel in cache[0].values():
-            if kernel._run is not None:
-                kernel._run._layout_memo.clear()
+    forget_launch_memos(_scale_add)
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(20_000, generator=g), torch.randn(20_000, generator=g)
     out = torch.empty_like(x)
