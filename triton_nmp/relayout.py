@@ -53,8 +53,8 @@ import numpy as np
 from triton_nmp.abi import KIND_DMA_STORE, KIND_SCATTER
 from triton_nmp.placement import Placement
 
-__all__ = ["Offer", "candidates", "make_offers", "Ledger", "ledger", "Outputs", "outputs", "written_whole",
-           "suspended", "enabled", "MIN_GAIN_FRACTION"]
+__all__ = ["Offer", "candidates", "make_offers", "Ledger", "ledger", "Outputs", "outputs", "stored_bytes",
+           "written_whole", "suspended", "enabled", "MIN_GAIN_FRACTION"]
 
 MIN_GAIN_FRACTION = 0.05
 OUTPUT_FRACTION = 1 / 2  # a launch storing at least this much of a tensor writes it (no candidate)
@@ -112,6 +112,7 @@ def candidates(trace: np.ndarray, args: list[Any], moves_most: Any,
     launch moves most of argument i's bytes, `activations` the arguments some launch wrote whole."""
     out: dict[int, tuple[int, int]] = {}
     tr = np.asarray(trace, dtype=np.int64)
+    stored = stored_bytes(tr, len(args))
     for i, a in enumerate(args):
         if a is None or i in activations:
             continue
@@ -122,8 +123,7 @@ def candidates(trace: np.ndarray, args: list[Any], moves_most: Any,
         mine = tr[(tr[:, 2] == i) & (tr[:, 0] <= KIND_SCATTER)]
         if not mine.size:
             continue
-        stores = mine[np.isin(mine[:, 0], (KIND_DMA_STORE, KIND_SCATTER))]
-        if float((stores[:, 4] * stores[:, 5]).sum()) >= OUTPUT_FRACTION * a.nbytes:
+        if stored[i] >= OUTPUT_FRACTION * a.nbytes:
             continue  # an output this launch (re)writes: its writer lays it out, not a move
         if moves_most(i, a.nbytes):
             out[i] = (a.data_ptr, a.nbytes)
@@ -236,11 +236,15 @@ class Outputs:
 outputs = Outputs()
 
 
+def stored_bytes(trace: np.ndarray, nargs: int) -> np.ndarray:
+    """Bytes a launch with footprint `trace` stores per argument (0..nargs-1; spill traffic, argument -1,
+    excluded)."""
+    tr = np.asarray(trace, dtype=np.int64)
+    st = tr[np.isin(tr[:, 0], (KIND_DMA_STORE, KIND_SCATTER)) & (tr[:, 2] >= 0) & (tr[:, 2] < nargs)]
+    return np.bincount(st[:, 2], weights=(st[:, 4] * st[:, 5]).astype(np.float64), minlength=nargs)
+
+
 def written_whole(trace: np.ndarray, nbytes: dict[int, int]) -> frozenset[int]:
     """The arguments (index -> bytes) a launch with footprint `trace` stores at least `WHOLE_FRACTION` of."""
-    tr = np.asarray(trace, dtype=np.int64)
-    st = tr[np.isin(tr[:, 0], (KIND_DMA_STORE, KIND_SCATTER)) & (tr[:, 2] >= 0)]  # not spill traffic (-1)
-    if not st.size:
-        return frozenset()
-    stored = np.bincount(st[:, 2], weights=(st[:, 4] * st[:, 5]).astype(np.float64))
-    return frozenset(i for i, n in nbytes.items() if i < stored.size and stored[i] >= WHOLE_FRACTION * n)
+    stored = stored_bytes(trace, max(nbytes, default=-1) + 1)
+    return frozenset(i for i, n in nbytes.items() if stored[i] >= WHOLE_FRACTION * n)
