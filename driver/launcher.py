@@ -307,10 +307,13 @@ class NMPLauncher(RelayoutSite):
             if last[4] is not None:
                 self._accrue(args, vals, last[4])
             return last[3]
+        from triton_nmp.placement_registry import lookup_token
+
         policy = plm.default_policy()
         todo: dict[int, tuple[int, int]] = {}
         auto_requested: set[int] = set()
         provisional: dict[int, tuple[int, int]] = {}
+        reusable: dict[int, tuple[int, int]] = {}  # auto-laid-out, whole: laid out afresh if overwritten
         for i, slot, _ in self._ptr_args:
             ptr, nbytes = vals[slot], vals[slot + 1]
             if ptr and nbytes:
@@ -319,12 +322,15 @@ class NMPLauncher(RelayoutSite):
                     todo[i] = (ptr, nbytes)
                     if pl is not None:
                         auto_requested.add(i)
-                elif pl.provisional and pl.origin == ptr and pl.extent == nbytes:
-                    provisional[i] = (ptr, nbytes)
+                elif pl.origin == ptr and pl.extent == nbytes:
+                    if pl.provisional:
+                        provisional[i] = (ptr, nbytes)
+                    if pl.chosen and lookup_token(ptr, nbytes) in relayout.laid_out:
+                        reusable[i] = (ptr, nbytes)
         mapping, note = self._mapping, ""
         relayout_on = relayout.enabled()
         need_fp = (mapping == "auto" or bool(provisional) or (todo and (policy == "auto" or auto_requested))
-                   or relayout_on)
+                   or relayout_on or bool(reusable))
         fp = None
         if need_fp:
             from triton_nmp.footprint import launch_footprint
@@ -340,8 +346,13 @@ class NMPLauncher(RelayoutSite):
                 settle = {i: v for i, v in provisional.items() if moves_most_of(fp.trace, i, v[1])}
                 todo.update(settle)
                 auto_requested.update(settle)
+        fresh: frozenset[int] = frozenset()
+        if fp is not None and fp.exact and reusable:  # its old contents are dead: laid out as if new, free
+            fresh = self._overwritten(fp, {i: v[1] for i, v in reusable.items()})
+            todo.update({i: reusable[i] for i in fresh})
+            auto_requested.update(fresh)
         if todo:
-            self._place_arguments(args, vals, grid, spec, todo, auto_requested, policy, fp)
+            self._place_arguments(args, vals, grid, spec, todo, auto_requested, policy, fp, fresh)
         offer = self._relayout_offer(vals, grid, spec, mapping, fp) if relayout_on and fp is not None and fp.exact \
             else None
         result = (mapping, note)
@@ -350,9 +361,22 @@ class NMPLauncher(RelayoutSite):
             self._accrue(args, vals, offer)
         return result
 
+    def _overwritten(self, fp: Any, nbytes: dict[int, int]) -> frozenset[int]:
+        """`relayout.overwritten` for this footprint, memoised per footprint and argument sizes."""
+        key = ("overwritten", id(fp), tuple(sorted(nbytes.items())))
+        memo = self._relayout_memo.get(key)
+        if memo is None or memo[0] is not fp:
+            memo = (fp, relayout.overwritten(fp.trace, nbytes))
+            if len(self._relayout_memo) > 64:
+                self._relayout_memo.clear()
+            self._relayout_memo[key] = memo
+        return memo[1]
+
     def _place_arguments(self, args: Sequence[Any], vals: tuple[int, ...], grid: tuple[int, int, int], spec: Any,
-                         todo: dict[int, tuple[int, int]], auto_requested: set[int], policy: str, fp: Any) -> None:
+                         todo: dict[int, tuple[int, int]], auto_requested: set[int], policy: str, fp: Any,
+                         fresh: frozenset[int] = frozenset()) -> None:
         from triton_nmp import placement as plm
+        from triton_nmp.placement_registry import lookup_token
         from triton_nmp.simulator.timing import ArgBuffer
 
         choices: dict[int, Any] = {}
@@ -389,6 +413,16 @@ class NMPLauncher(RelayoutSite):
             if tensor is None:
                 continue
             ptr, nbytes = todo[i]
+            if i in fresh:
+                c = choices.get(i)
+                old = plm.placement_of(ptr, nbytes)
+                if c is None or c.placement.layout_signature() == old.layout_signature():
+                    continue
+                plm.assign(tensor, c.placement, dead=True, name=f"{self.kernel_name}.{name}",
+                           why=f"kernel '{self.kernel_name}': overwrites every byte, laid out afresh "
+                               f"(was {old.describe()}, nothing to move): {c.reason}")
+                relayout.laid_out.add(lookup_token(ptr, nbytes))
+                continue
             if i in choices:
                 c = choices[i]
                 placement, why, loaded = c.placement, c.reason, c.loaded
@@ -417,6 +451,8 @@ class NMPLauncher(RelayoutSite):
                     loaded = bool(((fp.trace[:, 2] == i) & np.isin(fp.trace[:, 0], (KIND_DMA_LOAD, KIND_GATHER))).any())
             plm.assign(tensor, placement, copy=loaded, why=f"kernel '{self.kernel_name}': {why}",
                        name=f"{self.kernel_name}.{name}")
+            if i in choices:
+                relayout.laid_out.add(lookup_token(ptr, nbytes))
 
     def _tensor_of(self, args: Sequence[Any], i: int) -> Any:
         """The torch tensor behind pointer argument i (a descriptor's base), or None."""

@@ -19,12 +19,14 @@ def _fresh_registry():
     clear_placements()
     relayout.ledger.clear()
     relayout.outputs.clear()
+    relayout.laid_out.clear()
     old = set_default_policy("auto")
     yield
     set_default_policy(old)
     clear_placements()
     relayout.ledger.clear()
     relayout.outputs.clear()
+    relayout.laid_out.clear()
 
 
 @triton.jit
@@ -218,3 +220,97 @@ def test_a_benchmark_loop_decides_no_layout():
     _blockwise(fresh)
     assert lookup(x.data_ptr(), x.numel() * 4).layout_signature() == \
         lookup(fresh.data_ptr(), fresh.numel() * 4).layout_signature()
+
+
+@triton.jit
+def _scale_rows_kernel(v_ptr, out_ptr, N: tl.constexpr):
+    """Every program reads the whole vector (the auto policy replicates it, as for a GEMV's input)."""
+    pid = tl.program_id(0)
+    offs = tl.arange(0, N)
+    tl.store(out_ptr + pid * N + offs, tl.load(v_ptr + offs) * pid)
+
+
+@triton.jit
+def _write_kernel(x_ptr, v_ptr, N: tl.constexpr, STORED: tl.constexpr, READS_V: tl.constexpr):
+    """One program writes the first STORED elements of v (from x, plus v itself when READS_V)."""
+    offs = tl.arange(0, N)
+    mask = offs < STORED
+    y = tl.load(x_ptr + offs)
+    if READS_V:
+        y += tl.load(v_ptr + offs)
+    tl.store(v_ptr + offs, y, mask=mask)
+
+
+VEC = 1024
+
+
+def _replicated_vector():
+    v = torch.randn(VEC)
+    _scale_rows_kernel[(64,)](v, torch.empty(64, VEC), N=VEC)
+    pl = lookup(v.data_ptr(), VEC * 4)
+    assert pl.policy == "replicated" and pl.chosen
+    return v, pl
+
+
+def test_a_storage_a_launch_overwrites_is_laid_out_afresh_for_free():
+    v, first = _replicated_vector()
+    x = torch.randn(VEC)
+    with triton_nmp.profile() as prof:
+        _write_kernel[(1,)](x, v, N=VEC, STORED=VEC, READS_V=False)
+    assert torch.equal(v, x)
+    after = lookup(v.data_ptr(), VEC * 4)
+    assert after.chosen and after.policy != "replicated"
+    # nothing moved for v (its old bytes were dead): only x's host write
+    assert [t.kind for t in prof.transfers] == ["host_write"] and prof.transfers[0].nbytes == VEC * 4
+    (fresh,) = [d for d in decisions() if "laid out afresh" in d.why]
+    assert fresh.tensor.startswith("_write_kernel.v_ptr") and fresh.transfer == ""
+    assert "overwrites every byte" in fresh.why and "was replicated" in fresh.why
+    # the store is no longer one copy per bank
+    assert prof.launches[-1].bytes_local + prof.launches[-1].bytes_remote < 4 * VEC * 4
+
+
+@pytest.mark.parametrize("stored, reads_v", [(VEC // 2, False), (VEC, True)], ids=["half-written", "read-too"])
+def test_a_storage_whose_old_bytes_are_live_keeps_its_layout(stored, reads_v):
+    v, first = _replicated_vector()
+    expect = v.clone()
+    x = torch.randn(VEC)
+    expect[:stored] = x[:stored] + (v[:stored] if reads_v else 0)
+    _write_kernel[(1,)](x, v, N=VEC, STORED=stored, READS_V=reads_v)
+    assert torch.equal(v, expect)
+    assert lookup(v.data_ptr(), VEC * 4).layout_signature() == first.layout_signature()
+    assert not any("laid out afresh" in d.why for d in decisions())
+
+
+def test_layouts_not_the_auto_policys_are_not_laid_out_afresh():
+    v = torch.randn(VEC)
+    place(v, "blocked")
+    _write_kernel[(1,)](torch.randn(VEC), v, N=VEC, STORED=VEC, READS_V=False)
+    assert lookup(v.data_ptr(), VEC * 4).policy == "blocked"
+    assert not any("laid out afresh" in d.why for d in decisions())
+
+
+def test_overwritten_needs_every_byte_stored_and_none_loaded():
+    from triton_nmp.abi import KIND_DMA_LOAD, KIND_DMA_STORE, KIND_SCATTER
+
+    def rec(kind, arg, first, rows, row_bytes, stride):
+        return [kind, 0, arg, first, rows, row_bytes, stride, 0]
+
+    def trace(*recs):
+        import numpy as np
+
+        return np.array(recs, dtype=np.int64)
+
+    # two strided halves interleave to cover 4 rows of 64 bytes
+    halves = trace(rec(KIND_DMA_STORE, 0, 0, 2, 64, 128), rec(KIND_DMA_STORE, 0, 64, 2, 64, 128))
+    assert relayout.overwritten(halves, {0: 256}) == {0}
+    assert relayout.overwritten(halves, {0: 320}) == frozenset()  # the last 64 bytes not stored
+    gap = trace(rec(KIND_DMA_STORE, 0, 0, 2, 64, 128))
+    assert relayout.overwritten(gap, {0: 256}) == frozenset()
+    twice = trace(rec(KIND_DMA_STORE, 0, 0, 1, 128, 0), rec(KIND_DMA_STORE, 0, 0, 1, 128, 0))
+    assert relayout.overwritten(twice, {0: 256}) == frozenset()  # 256 bytes stored, half of it twice
+    loaded = trace(rec(KIND_DMA_STORE, 0, 0, 1, 256, 0), rec(KIND_DMA_LOAD, 0, 0, 1, 4, 0))
+    assert relayout.overwritten(loaded, {0: 256}) == frozenset()
+    scattered = trace(rec(KIND_DMA_STORE, 0, 0, 1, 256, 0), [KIND_SCATTER, 0, 0, 0, 1, 4, 256, 0])
+    assert relayout.overwritten(scattered, {0: 256}) == frozenset()
+    other = trace(rec(KIND_DMA_STORE, 0, 0, 1, 256, 0), rec(KIND_DMA_LOAD, 1, 0, 1, 256, 0))
+    assert relayout.overwritten(other, {0: 256, 1: 256}) == {0}

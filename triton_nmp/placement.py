@@ -218,15 +218,17 @@ def place(tensor: Any, policy: str = "interleaved", *, bank: int | None = None, 
     return tensor
 
 
-def assign(tensor: Any, placement: Placement, *, copy: bool = True, why: str = "", name: str = "") -> None:
+def assign(tensor: Any, placement: Placement, *, copy: bool = True, dead: bool = False, why: str = "",
+           name: str = "") -> None:
     """Record `placement` for the tensor's bytes and charge the move it implies (see `place`): a host
-    write when the bytes were host data and `copy`, a re-layout when they lived in other banks.
+    write when the bytes were host data and `copy`, a re-layout when they lived in other banks, nothing
+    when they are `dead` (the launch about to run overwrites every byte before reading any).
     `why` and `name` go to the decision log (`decisions()`) and the profile."""
     start, nbytes = tensor.data_ptr(), extent_bytes(tensor)
     old = lookup(start, nbytes)
     desc = (f"{name}: " if name else "") + describe_tensor(tensor)
     transfer = None
-    if placement.policy != "auto":
+    if placement.policy != "auto" and not dead:
         if old is not None and old.policy != "auto":
             same = old.layout_signature() == placement.layout_signature() and old.origin == placement.origin
             if not same:

@@ -32,6 +32,13 @@ online, by the rule of ski rental: renting costs the gain lost per launch, buyin
 * **Never moved: activations.** A tensor some launch wrote whole (`Outputs`) is read by the kernels after
   its writer, each of which may prefer another layout: moving it for one reader can cost the others more
   (seen: Llama's 32-token prefill 5.25 -> 7.9 ms when activations moved), and each step writes a new one.
+* **Free: storages overwritten.** A launch with a static footprint that stores every byte of an
+  auto-laid-out tensor and loads none of it (`overwritten`) finds its old contents dead: the launcher lays
+  it out afresh for that launch, as if it were new, and nothing is charged, if the launcher's auto policy
+  laid it out (`laid_out`; a layout the tuner or the placement pass applied stays). Inductor reuses a freed
+  buffer's storage for a later tensor of the same size, which would otherwise keep the layout chosen for
+  the first one (a decode step's layer-norm output written into a buffer replicated for a GEMV input paid
+  a store per bank: 64x the bytes).
 * **Not counted:** launches inside a benchmark loop (`driver.benchmarker.do_bench`, used by every tuner):
   a tuner's repetitions are not the workload, and a move inside a timed call would be charged to one
   candidate. Layouts the auto policy gives tensors there are forgotten after the loop, so a cold process
@@ -50,11 +57,11 @@ from typing import Any
 
 import numpy as np
 
-from triton_nmp.abi import KIND_DMA_STORE, KIND_SCATTER
+from triton_nmp.abi import KIND_DMA_LOAD, KIND_DMA_STORE, KIND_GATHER, KIND_SCATTER
 from triton_nmp.placement import Placement
 
-__all__ = ["Offer", "candidates", "make_offers", "Ledger", "ledger", "Outputs", "outputs", "stored_bytes",
-           "written_whole", "suspended", "enabled", "MIN_GAIN_FRACTION"]
+__all__ = ["Offer", "candidates", "make_offers", "Ledger", "ledger", "Tokens", "outputs", "laid_out", "stored_bytes",
+           "written_whole", "overwritten", "suspended", "enabled", "MIN_GAIN_FRACTION"]
 
 MIN_GAIN_FRACTION = 0.05
 OUTPUT_FRACTION = 1 / 2  # a launch storing at least this much of a tensor writes it (no candidate)
@@ -206,11 +213,9 @@ class Ledger:
 ledger = Ledger()
 
 
-class Outputs:
-    """Registry tokens of tensors some launch wrote whole (activations: written by one kernel, read by the
-    next ones), which the rule never moves: a layout one reader prefers can cost the others, and the
-    next step writes a new one anyway. Weights and KV caches (never written whole once placed) stay
-    candidates. Thread-safe, bounded."""
+class Tokens:
+    """A bounded, thread-safe set of registry tokens (`placement_registry.lookup_token`: one placed tensor
+    in one layout)."""
 
     MAX = 1 << 16
 
@@ -233,7 +238,13 @@ class Outputs:
             self._tokens.clear()
 
 
-outputs = Outputs()
+outputs = Tokens()
+"""Tensors some launch wrote whole (activations: written by one kernel, read by the next ones), which the
+rule never moves: a layout one reader prefers can cost the others, and the next step writes a new one
+anyway. Weights and KV caches (never written whole once placed) stay candidates."""
+laid_out = Tokens()
+"""Tensors the launcher's auto policy laid out (not the tuner, the placement pass or the user): only these
+are laid out afresh when a launch overwrites them (`overwritten`)."""
 
 
 def stored_bytes(trace: np.ndarray, nargs: int) -> np.ndarray:
@@ -248,3 +259,34 @@ def written_whole(trace: np.ndarray, nbytes: dict[int, int]) -> frozenset[int]:
     """The arguments (index -> bytes) a launch with footprint `trace` stores at least `WHOLE_FRACTION` of."""
     stored = stored_bytes(trace, max(nbytes, default=-1) + 1)
     return frozenset(i for i, n in nbytes.items() if stored[i] >= WHOLE_FRACTION * n)
+
+
+MAX_COVER_ROWS = 1 << 20  # store rows examined per argument by `overwritten` (more: not proven, not claimed)
+
+
+def overwritten(trace: np.ndarray, nbytes: dict[int, int]) -> frozenset[int]:
+    """The arguments (index -> bytes) a launch with footprint `trace` stores every byte of, by DMA, and
+    never loads: their contents before the launch are dead. Exact: the union of the stored rows must cover
+    [0, nbytes); a scatter, a load or a gather of the argument rules it out."""
+    tr = np.asarray(trace, dtype=np.int64)
+    kind, arg = tr[:, 0], tr[:, 2]
+    out = []
+    for i, n in nbytes.items():
+        mine = arg == i
+        if not n or not mine.any() or np.isin(kind[mine], (KIND_DMA_LOAD, KIND_GATHER, KIND_SCATTER)).any():
+            continue
+        st = tr[mine & (kind == KIND_DMA_STORE)]
+        rows = st[:, 4]
+        if not st.size or rows.sum() > MAX_COVER_ROWS or (st[:, 5] * rows).sum() < n:
+            continue
+        row = np.repeat(np.arange(len(st)), rows)
+        within = np.arange(len(row)) - np.repeat(np.cumsum(rows) - rows, rows)
+        start = st[row, 3] + within * st[row, 6]
+        end = start + st[row, 5]
+        order = np.argsort(start, kind="stable")
+        start, end = start[order], np.maximum.accumulate(end[order])
+        # covered iff the first row starts at 0, no row starts after the end of all rows before it, and
+        # the rows reach n
+        if start[0] <= 0 and (len(start) == 1 or (start[1:] <= end[:-1]).all()) and end[-1] >= n:
+            out.append(i)
+    return frozenset(out)
