@@ -143,6 +143,24 @@ def test_decode_gemv_tiles_have_one_row_and_fill_every_pu():
     assert -(-2304 // best.block_n) >= spec.num_pus
 
 
+
+def _scored(m, n, k, spec):
+    tiles = gemm.candidates(m, n, k, 2, 2, spec)
+    return sorted((gemm.estimate(t, m, n, k, 1, 2, 2, "fp16", spec, True), t) for t in tiles)
+
+
+def test_decode_gemv_takes_the_widest_panel_within_the_slack():
+    spec = triton_nmp.active_target()
+    launch = spec.launch_overhead_us * 1e-6
+    for n, k, want in ((2304, 768, 64), (3072, 768, 64), (768, 768, 16), (768, 3072, 16), (50257, 768, 64)):
+        scored = _scored(1, n, k, spec)
+        pick_s, pick = gemm.widen_gemv(scored, 1, spec)[0]
+        assert pick.block_n == want, (n, k, pick)
+        assert pick_s - launch <= (scored[0][0] - launch) * (1 + gemm.WIDE_GEMV_SLACK) + 1e-12
+        assert sorted(gemm.widen_gemv(scored, 1, spec)) == scored  # a reordering, nothing dropped
+    prefill = _scored(32, 2304, 768, spec)
+    assert gemm.widen_gemv(prefill, 32, spec) == prefill  # only one-row GEMVs are widened
+
 def test_decode_linear_compiles_a_one_row_tile_and_a_pinned_tile_is_used(fresh_inductor):
     torch.manual_seed(0)
     lin = torch.nn.Linear(64, 256).half()

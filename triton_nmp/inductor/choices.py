@@ -191,6 +191,8 @@ class NMPChoices(InductorChoices):
         auto = default_policy() == "auto"
         scored = sorted(((gemm.estimate(tile(c), m, n, k, batch, size, size, dname, spec, b_columns, auto), tile(c), i)
                          for i, c in enumerate(ktcs)), key=lambda e: (e[0], e[1]))
+        if batch == 1:
+            scored = gemm.widen_gemv(scored, m, spec)
         if inductor_config.max_autotune_gemm_search_space == "EXHAUSTIVE":
             keep = len(scored)  # simulate every legal candidate (to check the model's choice)
         elif inductor_config.max_autotune:
