@@ -158,6 +158,8 @@ def test_decode_gemv_takes_the_widest_panel_within_the_slack():
         assert pick.block_n == want, (n, k, pick)
         assert pick_s - launch <= (scored[0][0] - launch) * (1 + gemm.WIDE_GEMV_SLACK) + 1e-12
         assert sorted(gemm.widen_gemv(scored, 1, spec)) == scored  # a reordering, nothing dropped
+    lm_head = _scored(1, 32000, 2048, spec)  # Llama's: 128 columns are best, never narrowed to the cap
+    assert lm_head[0][1].block_n > gemm.WIDE_GEMV_MAX_BLOCK_N and gemm.widen_gemv(lm_head, 1, spec) == lm_head
     prefill = _scored(32, 2304, 768, spec)
     assert gemm.widen_gemv(prefill, 32, spec) == prefill  # only one-row GEMVs are widened
 

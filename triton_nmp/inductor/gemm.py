@@ -152,14 +152,15 @@ def tuned_candidates(n_legal: int) -> int:
 
 def widen_gemv(scored: list[tuple[Any, ...]], m: int, spec: TargetSpec) -> list[tuple[Any, ...]]:
     """`scored` ((estimate seconds, tile, ...), fastest first) reordered for a GEMV (`m` == 1): the widest panel up to
-    `WIDE_GEMV_MAX_BLOCK_N` whose device time (estimate less the launch overhead) is within `WIDE_GEMV_SLACK` of the
-    best comes first (see the module docstring: it reads a prefill-laid-out weight locally). Other shapes unchanged."""
+    `WIDE_GEMV_MAX_BLOCK_N`, wider than the best, whose device time (estimate less the launch overhead) is within
+    `WIDE_GEMV_SLACK` of the best comes first (see the module docstring: it reads a prefill-laid-out weight locally). Other shapes unchanged."""
     if m != 1 or not scored:
         return scored
     launch = spec.launch_overhead_us * 1e-6
     limit = (scored[0][0] - launch) * (1 + WIDE_GEMV_SLACK) + launch
-    wide = [e for e in scored if e[0] <= limit and e[1].block_n <= WIDE_GEMV_MAX_BLOCK_N]
-    if not wide:
+    best_n = scored[0][1].block_n
+    wide = [e for e in scored if e[0] <= limit and best_n < e[1].block_n <= WIDE_GEMV_MAX_BLOCK_N]
+    if not wide:  # never narrower than the best
         return scored
     pick = min(wide, key=lambda e: (-e[1].block_n, e[0]))
     return [pick] + [e for e in scored if e is not pick]
