@@ -153,7 +153,8 @@ def tuned_candidates(n_legal: int) -> int:
 def widen_gemv(scored: list[tuple[Any, ...]], m: int, spec: TargetSpec) -> list[tuple[Any, ...]]:
     """`scored` ((estimate seconds, tile, ...), fastest first) reordered for a GEMV (`m` == 1): the widest panel up to
     `WIDE_GEMV_MAX_BLOCK_N`, wider than the best, whose device time (estimate less the launch overhead) is within
-    `WIDE_GEMV_SLACK` of the best comes first (see the module docstring: it reads a prefill-laid-out weight locally). Other shapes unchanged."""
+    `WIDE_GEMV_SLACK` of the best comes first (see the module docstring: it reads a prefill-laid-out weight
+    locally). Other shapes unchanged."""
     if m != 1 or not scored:
         return scored
     launch = spec.launch_overhead_us * 1e-6
