@@ -194,8 +194,30 @@ def test_a_small_written_vector_is_spread_over_every_bank_for_the_kernels_that_r
     prof, _ = _run(lambda: _matvec_rows_kernel[(rows,)](v2, w, out, N=n))
     hot = prof.launches[-1].timing
     assert hot.bank_bytes.max() >= rows * 1024 and hot.device_cycles > spread.device_cycles
-    # a small tensor the launch only reads keeps its footprint-aligned layout
-    assert lookup(a.data_ptr(), n * 4).policy == "interleaved"
+    # a tiny tensor the launch only reads is replicated (below)
+    assert lookup(a.data_ptr(), n * 4).policy == "replicated"
+
+
+def test_a_tiny_read_only_tensor_is_replicated_so_every_reader_reads_it_locally():
+    # a decode step's layer norm: one program reads a weight of a few KiB; the next one-program kernel
+    # that reads it may run on another PU, and reads it locally too
+    n = 512
+    w, b = torch.randn(n), torch.randn(n)
+    prof, out = _run(lambda: ex.add(w, b, block=n))
+    torch.testing.assert_close(out, w + b)
+    for t in (w, b):
+        pl = lookup(t.data_ptr(), n * 4)
+        assert pl.policy == "replicated" and pl.chosen
+    why = [d.why for d in decisions() if d.layout == "replicated"]
+    assert len(why) == 2 and all(f"read-only and tiny ({n * 4} B <= {auto_layout.REPLICATE_TINY_BYTES})" in w
+                                 for w in why)
+    # reads local, only the output's stores (spread over every bank) cross the mesh
+    launch = prof.launches[-1]
+    assert launch.bytes_local >= 2 * n * 4 and launch.bytes_remote <= n * 4
+    # twice the limit: not tiny, laid out by its footprint
+    big = torch.randn(auto_layout.REPLICATE_TINY_BYTES // 4 * 2)
+    ex.add(big, big.clone(), block=big.numel())
+    assert lookup(big.data_ptr(), big.numel() * 4).policy != "replicated"
 
 
 def test_relayout_is_charged_over_the_mesh_and_a_repeat_is_free():

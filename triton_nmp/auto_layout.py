@@ -6,8 +6,11 @@ layout per argument to place, chosen so that the bytes each program moves sit in
 that runs it, with every PU running its share of the programs:
 
 1. Read-only arguments that every PU reads anyway (each byte read by at least P programs on
-   average, e.g. a layer norm's weight) are replicated: a copy per bank costs no more bank traffic
-   than the reads it turns local. They must fit in 1/8 of a bank.
+   average, e.g. a layer norm's weight in a prefill) are replicated: a copy per bank costs no more
+   bank traffic than the reads it turns local. They must fit in 1/8 of a bank. So are tiny read-only
+   arguments (at most `REPLICATE_TINY_BYTES`), whoever reads them: a decode step's layer norm is one
+   program, on a PU the mapping picks per kernel, reading its weight and bias; replicated, every such
+   reader reads them at the local rate (4x the remote cap) for 64 copies of a few KiB, written once.
 2. Every other argument gets the best of a few candidate layouts: interleaved with a chunk equal to
    one program's footprint span or to the distance between consecutive programs' footprints
    (rounded up to the DMA granule; e.g. one row of a row-wise kernel), the default 1 KiB chunks,
@@ -52,11 +55,13 @@ from triton_nmp.placement import DEFAULT_GRANULARITY, Placement
 from triton_nmp.target import TargetSpec
 
 __all__ = ["LayoutChoice", "choose_layouts", "choose_checked", "layouts_per_reference", "candidate_layouts",
-           "moves_most_of", "REFERENCE_MAPPINGS", "REPLICATE_MAX_BANK_FRACTION", "SETTLE_FRACTION",
+           "moves_most_of", "REFERENCE_MAPPINGS", "REPLICATE_MAX_BANK_FRACTION", "REPLICATE_TINY_BYTES",
+           "SETTLE_FRACTION",
            "SPREAD_BYTES_PER_BANK", "spread_written"]
 
 REFERENCE_MAPPINGS = ("round_robin", "blocked")
 REPLICATE_MAX_BANK_FRACTION = 1 / 8
+REPLICATE_TINY_BYTES = 4096
 SETTLE_FRACTION = 1 / 2
 SPREAD_BYTES_PER_BANK = 256
 
@@ -200,9 +205,12 @@ def layouts_per_reference(trace: np.ndarray, n: int, args: list[Any], todo: dict
         loaded = bool(np.isin(recs[:, 0], (KIND_DMA_LOAD, KIND_GATHER)).any())
         useful = _useful(recs)
         readers = useful / max(nbytes, 1)
-        if not stored and readers >= P and nbytes <= spec.bank_bytes * REPLICATE_MAX_BANK_FRACTION:
+        tiny = nbytes <= REPLICATE_TINY_BYTES
+        if not stored and (readers >= P or tiny) and nbytes <= spec.bank_bytes * REPLICATE_MAX_BANK_FRACTION:
             why = (f"read-only, each byte read by {readers:.0f} programs on average (>= {P} PUs): a copy per bank "
-                   f"costs no more bank traffic than the reads it makes local")
+                   f"costs no more bank traffic than the reads it makes local" if readers >= P else
+                   f"read-only and tiny ({nbytes} B <= {REPLICATE_TINY_BYTES}): a copy per bank makes every later "
+                   f"reader's reads local, on whichever PU it runs")
             per_prog = np.bincount(recs[:, 1], weights=recs[:, 4] * recs[:, 5], minlength=n).astype(np.float64)
             for m, ld in loads.items():
                 per_ref[m][a] = LayoutChoice(Placement("replicated", None, None, nbytes, ptr), why, loaded)
