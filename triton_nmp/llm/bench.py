@@ -10,7 +10,9 @@ dispatch per further kernel); "max-autotune": matmul tiles chosen on simulated t
   bandwidth), and the ratio to it (the baseline of this benchmark: what the machine cannot beat);
 * kernels per step, host fallbacks (ATen calls left on the host), launches simulated to tune;
 * cold compile (first call minus a warm call, empty Inductor/Triton/nmp/tuning caches) and warm-process start
-  (a second process with those caches: process start to the first prefill logits);
+  (a second process with those caches: from the moment the benchmark starts it, interpreter start and every import
+  included, to the first prefill logits; the model's weights are the checkpoint the cold process saved, memory-
+  mapped as a deployment loads one: `triton_nmp.llm.weights`);
 * re-laid out MiB/ms/steps: under the auto policy, tensors the prefill laid out move to the layouts decode reads
   them fastest in once decode's accrued loss pays for each move (`triton_nmp.relayout`): the bytes moved, their
   simulated time and the decode steps profiled before the measured step, the first that moves the same as the
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 import time
 
-T_PROCESS = time.perf_counter()  # noqa: E402  (warm-process start is measured from here)
+T_PROCESS = time.time()  # noqa: E402  (unless the parent says when it started this process: START_ENV)
 
 import argparse  # noqa: E402
 import ast  # noqa: E402
@@ -43,6 +45,7 @@ from pathlib import Path  # noqa: E402
 from triton_nmp.report import machine_line, table  # noqa: E402
 
 DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
+START_ENV = "TRITON_NMP_BENCH_STARTED"  # time.time() when the parent started a worker process
 MAX_SETTLE_STEPS = 12  # decode steps profiled at most before the measured one while tensors still move
 
 
@@ -70,6 +73,7 @@ class RunResult:
     decode_first_call_seconds: float
     decode_warm_call_seconds: float
     start_to_logits_seconds: float  # process start to the first prefill logits
+    build_seconds: float  # building (cold) or loading (warm) the model's weights, part of the above
     tuning_simulated: int
     tuning_benchmarks: int
     gemm_legal: int = 0
@@ -95,8 +99,9 @@ def _step(prof, graph) -> StepResult:
 
 
 def worker(model_name: str, mode: str, dtype_name: str, prompt_len: int, cache: int,
-           placement_pass: bool = False) -> RunResult:
-    """One process: build, compile, run and profile prefill and one decode step. With `placement_pass`, the
+           placement_pass: bool = False, weights: str = "") -> RunResult:
+    """One process: build (or load from `weights`, see `triton_nmp.llm.weights`), compile, run and profile
+    prefill and one decode step. With `placement_pass`, the
     model-level placement pass (`triton_nmp.placement_pass`, greedy) is run on a captured decode step after
     compiling and its plan applied (weights laid out once, as at load) before both steps are profiled."""
     import copy
@@ -106,6 +111,7 @@ def worker(model_name: str, mode: str, dtype_name: str, prompt_len: int, cache: 
     import triton_nmp
     from triton_nmp.inductor import choices, compiled_graphs, reset_tuning_stats, tuning_stats
     from triton_nmp.llm import CONFIGS, build
+    from triton_nmp.llm.weights import cached_build
 
     dtype = getattr(torch, dtype_name)
     cfg = CONFIGS[model_name]
@@ -113,7 +119,9 @@ def worker(model_name: str, mode: str, dtype_name: str, prompt_len: int, cache: 
         import dataclasses
 
         CONFIGS[model_name] = dataclasses.replace(cfg, max_positions=cache)
-    model = build(model_name, dtype)
+    t_build = time.perf_counter()
+    model = cached_build(weights, model_name, dtype) if weights else build(model_name, dtype)
+    build_seconds = time.perf_counter() - t_build
     reset_tuning_stats()
     compiled = torch.compile(model, backend="nmp", mode=mode)
     ids = torch.randint(0, model.cfg.vocab, (1, prompt_len), generator=torch.Generator().manual_seed(0))
@@ -121,7 +129,7 @@ def worker(model_name: str, mode: str, dtype_name: str, prompt_len: int, cache: 
         t0 = time.perf_counter()
         compiled(ids)
         t1 = time.perf_counter()
-        start_to_logits = t1 - T_PROCESS
+        start_to_logits = time.time() - float(os.environ.get(START_ENV, T_PROCESS))
         compiled(ids)
         t2 = time.perf_counter()
         with triton_nmp.profile() as prof:
@@ -176,7 +184,7 @@ def worker(model_name: str, mode: str, dtype_name: str, prompt_len: int, cache: 
     sel = choices.gemm_selections()
     del copy
     return RunResult(model_name, mode, dtype_name, prompt_len, cache, prefill, decode, t1 - t0, t2 - t1, t4 - t3,
-                     t5 - t4, start_to_logits, stats.simulated, stats.benchmarks,
+                     t5 - t4, start_to_logits, build_seconds, stats.simulated, stats.benchmarks,
                      sum(s.legal for s in sel), sum(len(s.kept) for s in sel), extra)
 
 
@@ -219,7 +227,8 @@ def run_worker_process(args, model: str, mode: str, cache_dir: Path) -> RunResul
         "TRITON_NMP_CACHE_DIR": str(cache_dir / "nmp"),  # cost-model calibration and target descriptions too
     })
     cmd = [sys.executable, "-m", "triton_nmp.llm.bench", "--worker", model, mode, args.dtype, str(args.prompt),
-           str(args.cache)] + (["--placement-pass"] if args.placement_pass else [])
+           str(args.cache), "--weights", str(cache_dir / "weights")] + (["--placement-pass"] if args.placement_pass else [])
+    env[START_ENV] = repr(time.time())
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
     if proc.returncode != 0:
         raise RuntimeError(f"worker {model}/{mode} failed:\n{proc.stderr[-4000:]}")
@@ -308,6 +317,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--placement-pass", action="store_true",
                    help="run the model-level placement pass on a captured decode step before profiling (weights laid "
                         "out for decode once, as at load) instead of the default auto placement alone")
+    p.add_argument("--weights", default="", help=argparse.SUPPRESS)  # the worker's checkpoint directory
     p.add_argument("--worker", nargs=5, metavar=("MODEL", "MODE", "DTYPE", "PROMPT", "CACHE"), help=argparse.SUPPRESS)
 
 
@@ -321,7 +331,7 @@ def run(args: argparse.Namespace) -> int:
     """The benchmark for parsed arguments (also `triton-nmp llm`)."""
     if args.worker:
         model, mode, dtype, prompt, cache = args.worker
-        r = worker(model, mode, dtype, int(prompt), int(cache), args.placement_pass)
+        r = worker(model, mode, dtype, int(prompt), int(cache), args.placement_pass, args.weights)
         print(json.dumps(asdict(r)))
         return 0
     print(machine_line())
@@ -342,6 +352,7 @@ def run(args: argparse.Namespace) -> int:
                 cold = run_worker_process(args, model, mode, Path(tmp))
                 warm = run_worker_process(args, model, mode, Path(tmp))
             cold.extra["warm_start"] = warm.start_to_logits_seconds
+            cold.extra["warm_build"] = warm.build_seconds
             cold.extra["warm_tuning_simulated"] = warm.tuning_simulated
             results.append(cold)
             print(f"{model}/{mode}: done (warm process simulated {warm.tuning_simulated} launches to tune)",
@@ -350,7 +361,8 @@ def run(args: argparse.Namespace) -> int:
     for r in results:
         print(f"{r.model}/{r.mode}: matmul candidates legal {r.gemm_legal}, compiled {r.gemm_kept}; "
               f"tuning simulated {r.tuning_simulated} launches in {r.tuning_benchmarks} benchmarks; "
-              f"warm process: {r.extra['warm_tuning_simulated']}; "
+              f"warm process: {r.extra['warm_tuning_simulated']}, weights loaded in {r.extra['warm_build']:.2f} s "
+              f"(built in {r.build_seconds:.2f} s cold); "
               + (f"placement pass {r.extra['pass_seconds']:.1f} s, {r.extra['plan_migrations']} migrations; "
                  if "pass_seconds" in r.extra else "")
               + "host fallbacks "
