@@ -227,7 +227,8 @@ def run_worker_process(args, model: str, mode: str, cache_dir: Path) -> RunResul
         "TRITON_NMP_CACHE_DIR": str(cache_dir / "nmp"),  # cost-model calibration and target descriptions too
     })
     cmd = [sys.executable, "-m", "triton_nmp.llm.bench", "--worker", model, mode, args.dtype, str(args.prompt),
-           str(args.cache), "--weights", str(cache_dir / "weights")] + (["--placement-pass"] if args.placement_pass else [])
+           str(args.cache), "--weights", str(cache_dir / "weights")]
+    cmd += ["--placement-pass"] if args.placement_pass else []
     env[START_ENV] = repr(time.time())
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
     if proc.returncode != 0:
