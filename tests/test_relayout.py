@@ -314,3 +314,25 @@ def test_overwritten_needs_every_byte_stored_and_none_loaded():
     assert relayout.overwritten(scattered, {0: 256}) == frozenset()
     other = trace(rec(KIND_DMA_STORE, 0, 0, 1, 256, 0), rec(KIND_DMA_LOAD, 1, 0, 1, 256, 0))
     assert relayout.overwritten(other, {0: 256, 1: 256}) == {0}
+
+
+@triton.jit
+def _row_kernel(row_ptr, v_ptr, N: tl.constexpr):
+    """Writes row `row` (a loaded number) of v: where it writes depends on data, so the footprint is not static."""
+    offs = tl.arange(0, N)
+    tl.store(v_ptr + tl.load(row_ptr) * N + offs, offs.to(tl.float32))
+
+
+def test_a_provisional_layout_is_settled_for_free_by_a_launch_that_overwrites_it():
+    v = torch.zeros(VEC)
+    _row_kernel[(1,)](torch.tensor([1]), v, N=VEC // 2)
+    assert torch.equal(v[VEC // 2:], torch.arange(VEC // 2, dtype=torch.float32))
+    assert lookup(v.data_ptr(), VEC * 4).provisional
+    x = torch.randn(VEC)
+    with triton_nmp.profile() as prof:
+        _write_kernel[(1,)](x, v, N=VEC, STORED=VEC, READS_V=False)
+    assert torch.equal(v, x)
+    pl = lookup(v.data_ptr(), VEC * 4)
+    assert pl.chosen and not pl.provisional
+    assert [t.kind for t in prof.transfers] == ["host_write"]  # x's; v's old bytes were dead: not moved
+    assert any("laid out afresh" in d.why and d.tensor.startswith("_write_kernel.v_ptr") for d in decisions())

@@ -35,10 +35,10 @@ online, by the rule of ski rental: renting costs the gain lost per launch, buyin
 * **Free: storages overwritten.** A launch with a static footprint that stores every byte of an
   auto-laid-out tensor and loads none of it (`overwritten`) finds its old contents dead: the launcher lays
   it out afresh for that launch, as if it were new, and nothing is charged, if the launcher's auto policy
-  laid it out (`laid_out`; a layout the tuner or the placement pass applied stays). Inductor reuses a freed
-  buffer's storage for a later tensor of the same size, which would otherwise keep the layout chosen for
-  the first one (a decode step's layer-norm output written into a buffer replicated for a GEMV input paid
-  a store per bank: 64x the bytes).
+  laid it out (`laid_out`, or provisionally; a layout the tuner or the placement pass applied stays).
+  Inductor reuses a freed buffer's storage for a later tensor of the same size, which would otherwise keep
+  the layout chosen for the first one (a decode step's layer-norm output written into a buffer replicated
+  for a GEMV input paid a store per bank: 64x the bytes).
 * **Not counted:** launches inside a benchmark loop (`driver.benchmarker.do_bench`, used by every tuner):
   a tuner's repetitions are not the workload, and a move inside a timed call would be charged to one
   candidate. Layouts the auto policy gives tensors there are forgotten after the loop, so a cold process
