@@ -40,6 +40,7 @@ MODES: dict[str, dict[str, Any]] = {
 def config_patches(mode: str | None, options: dict[str, Any] | None) -> dict[str, Any]:
     """The Inductor config the backend compiles with for `mode` and the user's `options`."""
     from .choices import NMPChoices
+    from .decode_attention import DecodeAttentionPass
 
     name = mode or "default"
     if name not in MODES:
@@ -62,6 +63,9 @@ def config_patches(mode: str | None, options: dict[str, Any] | None) -> dict[str
         # A tile (backend/access_split.py), so the A panel is one strided DMA and the copy kernel disappears
         # (GPT-2's attention projection: 58 + 92 us unfused, 92 us fused; 894 us when it was a gather)
         "prologue_fusion": True,
+        # decode attention (M = 1 over a static KV cache) as one split-KV kernel pair, not Inductor's four
+        # reductions (decode_attention.py)
+        "post_grad_custom_pre_pass": DecodeAttentionPass(),
     }
     patches.update(MODES[name])
     from triton_nmp.sweep.integrate import inductor_patches  # the tuning cache and a configured sweep engine

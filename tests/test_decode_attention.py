@@ -1,0 +1,98 @@
+"""Decode attention (one query row over a static KV cache) compiled as the split-KV kernel pair of
+`triton_nmp.inductor.decode_attention`, against eager torch; what the pass leaves to Inductor."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import triton_nmp
+from triton_nmp.inductor import decode_attention
+from triton_nmp.inductor.decode_attention import DecodeAttentionPass, chunk_rows, rewrites
+
+T = 256
+
+
+def _attend(q, k, v, mask, scale_first=True):
+    """The attention of triton_nmp/llm/models.py: two matmuls and a softmax, grouped KV heads repeated."""
+    if k.shape[1] != q.shape[1]:
+        k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+        v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
+    s = q @ k.transpose(-1, -2)
+    s = (s * (1.0 / math.sqrt(q.shape[-1]))).float() if scale_first else s.float() * (1.0 / math.sqrt(q.shape[-1]))
+    if mask is not None:
+        s = s + mask
+    return torch.softmax(s, dim=-1).to(v.dtype) @ v
+
+
+def _decode(q, kc, vc, pos):
+    keep = torch.arange(kc.shape[2])[None, :] <= pos[:, None]
+    return _attend(q, kc, vc, torch.zeros(keep.shape).masked_fill(~keep, float("-inf")))
+
+
+def _inputs(heads, kv_heads, dtype, t=1, d=64):
+    g = torch.Generator().manual_seed(0)
+    return (torch.randn(1, heads, t, d, generator=g).to(dtype), torch.randn(1, kv_heads, T, d, generator=g).to(dtype),
+            torch.randn(1, kv_heads, T, d, generator=g).to(dtype))
+
+
+def _compiled(f, *args):
+    before = len(rewrites())
+    with triton_nmp.profile() as prof:
+        out = torch.compile(f, backend="nmp")(*args)
+    return out, rewrites()[before:], [r.kernel for r in prof.launches]
+
+
+@pytest.mark.parametrize("heads,kv_heads", [(12, 12), (16, 4)])
+def test_fp16_decode_attention_is_one_kernel_pair_and_matches_eager(fresh_inductor, heads, kv_heads):
+    q, kc, vc = _inputs(heads, kv_heads, torch.float16)
+    pos = torch.tensor([100])
+    out, done, kernels = _compiled(_decode, q, kc, vc, pos)
+    rows = chunk_rows(kv_heads, T, 64, 64, 16, 100)
+    assert done == [f"decode attention: {heads} heads (rep {heads // kv_heads}), {T} positions, head dim 64, "
+                    f"{T // rows} chunks of {rows} rows"]
+    assert kernels.count("_partial") == 1 and kernels.count("_combine") == 1
+    assert not any("bmm" in k or "softmax" in k for k in kernels)  # Inductor's reductions are gone
+    torch.testing.assert_close(out.float(), _decode(q, kc, vc, pos).float(), atol=2e-3, rtol=2e-3)
+
+
+def test_fp32_scaled_after_the_cast_with_a_mask_per_head(fresh_inductor):
+    q, kc, vc = _inputs(4, 4, torch.float32, d=32)
+    mask = torch.randn(1, 4, 1, T)  # one row per head (without a mask Inductor itself makes fp32 attention SDPA)
+
+    def f(q, k, v, mask):
+        return _attend(q, k, v, mask, scale_first=False)
+
+    out, done, _ = _compiled(f, q, kc, vc, mask)
+    assert len(done) == 1
+    torch.testing.assert_close(out, f(q, kc, vc, mask), atol=1e-5, rtol=1e-5)
+
+
+def test_prefill_and_returned_probabilities_are_left_to_inductor(fresh_inductor):
+    q, kc, vc = _inputs(4, 4, torch.float16, t=8)  # M = 8: prefill
+    out, done, _ = _compiled(lambda q, k, v: _attend(q, k, v, None), q, kc, vc)
+    assert done == []
+    torch.testing.assert_close(out.float(), _attend(q, kc, vc, None).float(), atol=2e-3, rtol=2e-3)
+
+    def with_weights(q, k, v):  # the probabilities have a second user
+        p = torch.softmax((q @ k.transpose(-1, -2)).float(), dim=-1)
+        return p.to(v.dtype) @ v, p
+
+    q1 = q[:, :, :1].contiguous()
+    (o, p), done, _ = _compiled(with_weights, q1, kc, vc)
+    assert done == []
+    torch.testing.assert_close(o.float(), with_weights(q1, kc, vc)[0].float(), atol=2e-3, rtol=2e-3)
+
+
+def test_switch_off_is_in_the_cache_key(monkeypatch):
+    on = DecodeAttentionPass().uuid()
+    monkeypatch.setenv("TRITON_NMP_DECODE_ATTENTION", "0")
+    assert not decode_attention.enabled() and DecodeAttentionPass().uuid() != on
+
+
+def test_chunk_rows_fill_every_pu_in_whole_waves():
+    assert chunk_rows(12, 1024, 64, 64, 16, 100) == 64  # GPT-2: 192 programs, three per PU
+    assert chunk_rows(4, 1024, 128, 64, 16, 100) * 128 <= 16384
+    assert 4 * 1024 // chunk_rows(4, 1024, 128, 64, 16, 100) >= 64  # Llama's 4 KV heads still fill 64 PUs

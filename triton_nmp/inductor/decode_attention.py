@@ -1,0 +1,425 @@
+"""Decode attention as one split-KV (flash-decoding) kernel pair, by a post-grad pass over Inductor's graph.
+
+A decode step attends one query row per head over the whole static KV cache: `softmax(q k^T * scale + mask) v`
+with M = 1. Inductor lowers each M = 1 bmm on CPU devices to mul + sum (`kernel/bmm.py: tuned_bmm`) and the
+softmax to two more reductions, so a GPT-2 layer ran four kernels: scores (an inner reduction over the head
+dimension), the softmax statistics over 12 rows (12 programs for 64 PUs), and softmax @ V split by Inductor's GPU
+heuristic into 256 partial sums per output that a fourth kernel adds up, about 25 us per layer for 3 MB of cache.
+
+`DecodeAttentionPass` (installed as `post_grad_custom_pre_pass` by the `nmp` backend) finds that pattern in the
+post-grad graph and replaces it with two Triton kernels, inserted as user-defined kernels
+(`triton_kernel_wrapper_functional`, which Inductor reinplaces and launches like its own):
+
+* `_partial`: one program per (KV head, chunk of `BLOCK_T` cache rows) streams its K and V rows (one contiguous
+  run each, so automatic placement puts them in one bank and the program on that bank's PU), computes the
+  scores of every query head that shares the KV head (grouped heads: the repeated cache is never
+  materialised), their chunk max and exp-sum, and the unnormalised `p @ v` row;
+* `_combine`: one program per query head rescales the chunks' rows by `exp(m_c - m)` and divides by the sum.
+
+The scores follow the graph's own rounding: the bmm's output dtype, the scale applied before or after the cast
+to fp32, the additive mask (any tensor broadcast over heads and positions). The probabilities are not rounded
+to the value dtype before `@ v` (as eager does); the result differs from eager by that rounding.
+The pattern is matched on logical values, not on view chains: K's and V's operands are traced back through view,
+expand and clone ops to their source, and the chain is replayed on an index tensor to prove that head `g`
+reads source head `g // rep`. Anything else (prefill's M > 1, attention weights used elsewhere, other score
+epilogues) is left to Inductor. `TRITON_NMP_DECODE_ATTENTION=0` turns the pass off (part of its cache key).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import operator
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+from torch._inductor.custom_graph_pass import CustomGraphPass
+
+__all__ = ["DecodeAttentionPass", "enabled", "chunk_rows", "rewrites"]
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+_VIEWS = {aten.reshape.default, aten.view.default, aten.expand.default, aten.permute.default,
+          aten.unsqueeze.default, aten.squeeze.dim, aten.squeeze.default, aten._unsafe_view.default,
+          aten.alias.default, aten.clone.default}
+_SHAPE_ONLY = {aten.reshape.default, aten.view.default, aten.expand.default, aten.unsqueeze.default,
+               aten.squeeze.dim, aten.squeeze.default, aten._unsafe_view.default}
+_DTYPES = {torch.float16: 0, torch.bfloat16: 1, torch.float32: 2}
+
+
+def enabled() -> bool:
+    return os.environ.get("TRITON_NMP_DECODE_ATTENTION", "1") != "0"
+
+
+@triton.jit
+def _round(x, DT: tl.constexpr):
+    """`x` (fp32) rounded to the graph's dtype code `DT` (0 fp16, 1 bf16, 2 fp32) and back."""
+    if DT == 0:
+        x = x.to(tl.float16).to(tl.float32)
+    elif DT == 1:
+        x = x.to(tl.bfloat16).to(tl.float32)
+    return x
+
+
+@triton.jit
+def _partial(q_ptr, k_ptr, v_ptr, mask_ptr, o_ptr, ml_ptr,
+             sq_g, sq_d, sk_g, sk_t, sk_d, sv_g, sv_t, sv_d, smask_g, smask_t, scale,
+             CHUNKS: tl.constexpr, BLOCK_T: tl.constexpr, D: tl.constexpr, REP: tl.constexpr,
+             SCORE_DT: tl.constexpr, SCALE_MODE: tl.constexpr, HAS_MASK: tl.constexpr, QROWS: tl.constexpr):
+    c = tl.program_id(0)
+    gkv = tl.program_id(1)
+    t = c * BLOCK_T + tl.arange(0, BLOCK_T)
+    d = tl.arange(0, D)
+    k = tl.load(k_ptr + gkv * sk_g + t[:, None] * sk_t + d[None, :] * sk_d)
+    v = tl.load(v_ptr + gkv * sv_g + t[:, None] * sv_t + d[None, :] * sv_d)
+    if REP == 1:  # one query row: vector products (the matrix unit would pad it to 16 rows)
+        k = k.to(tl.float32)
+        v = v.to(tl.float32)
+        q = tl.load(q_ptr + gkv * sq_g + d * sq_d).to(tl.float32)
+        s = tl.sum(k * q[None, :], 1)
+        s = _epilogue(s, mask_ptr + gkv * smask_g + t * smask_t, scale, SCORE_DT, SCALE_MODE, HAS_MASK)
+        m = tl.max(s, 0)
+        p = tl.exp(s - tl.where(m == float("-inf"), 0.0, m))
+        base = gkv * CHUNKS + c
+        tl.store(o_ptr + base * D + d, tl.sum(p[:, None] * v, 0))
+        tl.store(ml_ptr + base * 2 + tl.arange(0, 2), tl.where(tl.arange(0, 2) == 0, m, tl.sum(p, 0)))
+    else:  # the query rows of every head sharing this KV head, on the matrix unit (padded to 16 rows)
+        r = tl.arange(0, QROWS)
+        g = gkv * REP + r
+        q = tl.load(q_ptr + g[:, None] * sq_g + d[None, :] * sq_d, mask=r[:, None] < REP, other=0.0)
+        s = tl.dot(q.to(k.dtype), tl.trans(k), input_precision="ieee")
+        s = _epilogue(s, mask_ptr + g[:, None] * smask_g + t[None, :] * smask_t, scale, SCORE_DT, SCALE_MODE,
+                      HAS_MASK, r[:, None] < REP)
+        m = tl.max(s, 1)
+        p = tl.exp(s - tl.where(m == float("-inf"), 0.0, m)[:, None])
+        o = tl.dot(p.to(v.dtype), v, input_precision="ieee")
+        base = g * CHUNKS + c
+        tl.store(o_ptr + base[:, None] * D + d[None, :], o, mask=r[:, None] < REP)
+        two = tl.arange(0, 2)
+        tl.store(ml_ptr + base[:, None] * 2 + two[None, :],
+                 tl.where(two[None, :] == 0, m[:, None], tl.sum(p, 1)[:, None]), mask=r[:, None] < REP)
+
+
+@triton.jit
+def _epilogue(s, mask_ptrs, scale, SCORE_DT: tl.constexpr, SCALE_MODE: tl.constexpr, HAS_MASK: tl.constexpr,
+              rows=None):
+    """The graph's score epilogue on the fp32 dot products `s`: rounded to the bmm's dtype, scaled, masked."""
+    s = _round(s, SCORE_DT)
+    if SCALE_MODE == 1:  # scaled in the bmm's dtype, then cast to fp32
+        s = _round(s * scale, SCORE_DT)
+    elif SCALE_MODE == 2:  # cast to fp32, then scaled
+        s = s * scale
+    if HAS_MASK:
+        if rows is None:
+            s = s + tl.load(mask_ptrs).to(tl.float32)
+        else:
+            s = s + tl.load(mask_ptrs, mask=rows, other=0.0).to(tl.float32)
+    return s
+
+
+@triton.jit
+def _combine(o_ptr, ml_ptr, out_ptr, so_g, so_d, CHUNKS: tl.constexpr, D: tl.constexpr):
+    g = tl.program_id(0)
+    c = tl.arange(0, CHUNKS)
+    d = tl.arange(0, D)
+    two = tl.arange(0, 2)
+    ml = tl.load(ml_ptr + (g * CHUNKS + c[:, None]) * 2 + two[None, :])
+    m = tl.max(tl.where(two[None, :] == 0, ml, float("-inf")), 1)
+    w = tl.exp(m - tl.max(m, 0))
+    den = tl.sum(w * tl.sum(tl.where(two[None, :] == 1, ml, 0.0), 1), 0)
+    o = tl.sum(w[:, None] * tl.load(o_ptr + (g * CHUNKS + c[:, None]) * D + d[None, :]), 0) / den
+    tl.store(out_ptr + g * so_g + d * so_d, o.to(out_ptr.dtype.element_ty))
+
+
+def chunk_rows(kv_groups: int, t: int, d: int, num_pus: int, bytes_per_cycle: float, setup_cycles: float) -> int:
+    """Cache rows per program: the power of two dividing `t` whose programs (K and V rows of one chunk, one
+    DMA each) stream in the fewest cycles, in waves over the PUs."""
+    best, best_cycles = 0, float("inf")
+    rows = 16
+    while rows <= min(t, 256):
+        if t % rows == 0 and rows * d <= 16384:
+            programs = kv_groups * (t // rows)
+            waves = -(-programs // num_pus)
+            cycles = waves * (2 * setup_cycles + 2 * rows * d * 2 / bytes_per_cycle)
+            if cycles < best_cycles:
+                best, best_cycles = rows, cycles
+        rows *= 2
+    return best
+
+
+@dataclass
+class _Match:
+    pv: torch.fx.Node  # the softmax @ V bmm
+    q: torch.fx.Node  # [G, 1, D]
+    k_src: torch.fx.Node  # logically [G / rep, T, D]
+    v_src: torch.fx.Node
+    rep: int
+    scale: float
+    scale_mode: int  # 0 none, 1 in the score dtype, 2 in fp32
+    score_dtype: torch.dtype
+    mask: torch.fx.Node | None
+    mask_strides: tuple[int, int]  # per flattened head, per position
+
+
+_REWRITES: list[str] = []
+
+
+def rewrites() -> list[str]:
+    """One line per decode attention replaced in this process (for tests and reports)."""
+    return list(_REWRITES)
+
+
+def _val(n: Any) -> Any:
+    return n.meta.get("val") if isinstance(n, torch.fx.Node) else None
+
+
+def _single(n: torch.fx.Node) -> bool:
+    return len(n.users) == 1
+
+
+def _strip_shape(n: torch.fx.Node) -> torch.fx.Node:
+    """Back through ops that only reshape (no permutation, no copy) with a single user."""
+    while n.op == "call_function" and n.target in _SHAPE_ONLY and _single(n):
+        n = n.args[0]
+    return n
+
+
+def _is_last_dim(dims: Any, rank: int) -> bool:
+    return isinstance(dims, (list, tuple)) and len(dims) == 1 and dims[0] in (-1, rank - 1)
+
+
+def _source(n: torch.fx.Node, g: int, t: int, d: int, transposed: bool) -> tuple[torch.fx.Node, int] | None:
+    """(source node, rep) such that operand `n` (logically [g, d, t] if `transposed` else [g, t, d]) reads
+    head `i // rep` of the source viewed as [g / rep, t, d]; None if it does not. Proved by replaying the view
+    chain on an index tensor."""
+    chain = []
+    src = n
+    while src.op == "call_function" and src.target in _VIEWS and _single(src):
+        chain.append(src)
+        src = src.args[0]
+        if not isinstance(src, torch.fx.Node):
+            return None
+    sval = _val(src)
+    if sval is None or sval.numel() % (t * d) or any(not isinstance(s, int) for s in sval.shape):
+        return None
+    gkv = sval.numel() // (t * d)
+    if g % gkv:
+        return None
+    rep = g // gkv
+    idx = torch.arange(sval.numel()).view(sval.shape)
+    x = idx
+    for node in reversed(chain):
+        x = node.target(x, *node.args[1:], **node.kwargs)
+    want = idx.view(gkv, t, d).repeat_interleave(rep, 0)
+    if transposed:
+        want = want.transpose(1, 2)
+    if tuple(x.shape) != tuple(want.shape) or not torch.equal(x, want):
+        return None
+    try:  # the source's storage indexed as [gkv, t, d]
+        torch.empty_strided(sval.shape, sval.stride(), device="meta").view(gkv, t, d)
+    except RuntimeError:
+        return None
+    return src, rep
+
+
+def _match(pv: torch.fx.Node) -> _Match | None:
+    p3, v3 = pv.args[0], pv.args[1]
+    pval, vval, oval = _val(p3), _val(v3), _val(pv)
+    if pval is None or vval is None or oval is None or pval.dim() != 3 or pval.shape[1] != 1:
+        return None
+    g, _, t = pval.shape
+    d = vval.shape[2]
+    if not all(isinstance(x, int) for x in (g, t, d)) or d & (d - 1) or d > 256 or t % 16:
+        return None
+    if pval.dtype not in _DTYPES or vval.dtype != pval.dtype:
+        return None
+    # softmax output (optionally cast) -> div(exp, sum(exp)) with exp = exp(x - amax(x))
+    n = _strip_shape(p3)
+    if n.target == prims.convert_element_type.default and _single(n):
+        n = n.args[0]
+    if n.target != aten.div.Tensor or not _single(n):
+        return None
+    ex, den = n.args
+    if not isinstance(den, torch.fx.Node) or den.target != aten.sum.dim_IntList or den.args[0] is not ex:
+        return None
+    if ex.target != aten.exp.default or len(ex.users) != 2 or not _single(den):
+        return None
+    sub = ex.args[0]
+    if sub.target != aten.sub.Tensor or not _single(sub):
+        return None
+    x, amax = sub.args
+    if not isinstance(amax, torch.fx.Node) or amax.target != aten.amax.default or amax.args[0] is not x:
+        return None
+    xval = _val(x)
+    if xval is None or xval.dtype != torch.float32 or len(x.users) != 2 or xval.shape[-1] != t:
+        return None
+    if not (_is_last_dim(amax.args[1], xval.dim()) and _is_last_dim(den.args[1], xval.dim())):
+        return None
+    # the score epilogue, backwards: [add mask] [mul scale] convert [mul scale] from the bmm's output
+    mask = None
+    n = x
+    if n.target == aten.add.Tensor:
+        a, b = n.args
+        score_side = a if isinstance(a, torch.fx.Node) and _depends_on_bmm(a) else b
+        mask = b if score_side is a else a
+        if not isinstance(mask, torch.fx.Node) or _val(mask) is None:
+            return None
+        n = score_side
+    scale, scale_mode = 1.0, 0
+    steps = []
+    while True:
+        n = _strip_shape(n) if n is not x else n
+        if not _single(n) and n is not x:
+            return None
+        scaled = any(kind == "mul" for kind, _ in steps)
+        if n.target == aten.mul.Tensor and isinstance(n.args[1], (int, float)) and not scaled:
+            steps.append(("mul", float(n.args[1])))
+            n = n.args[0]
+        elif n.target == prims.convert_element_type.default:
+            steps.append(("cvt", n.args[1]))
+            n = n.args[0]
+        elif n.target == aten.bmm.default:
+            break
+        else:
+            return None
+    qk = n
+    score_dtype = _val(qk).dtype
+    converted = False
+    for kind, arg in reversed(steps):  # forward order
+        if kind == "cvt":
+            if arg != torch.float32 or converted:
+                return None
+            converted = True
+        else:
+            scale, scale_mode = arg, (2 if converted or score_dtype == torch.float32 else 1)
+    if score_dtype not in _DTYPES or (score_dtype != torch.float32 and not converted):
+        return None
+    q3, kt3 = qk.args
+    qval = _val(q3)
+    if qval is None or tuple(qval.shape) != (g, 1, d) or qval.dtype != score_dtype:
+        return None
+    ks = _source(kt3, g, t, d, transposed=True)
+    vs = _source(v3, g, t, d, transposed=False)
+    if ks is None or vs is None or ks[1] != vs[1]:
+        return None
+    mask_strides = (0, 0)
+    if mask is not None:
+        mval = _val(mask)
+        if xval.numel() != g * t or mval.dtype not in _DTYPES:
+            return None
+        try:  # the mask broadcast over the scores, indexed as [g, t]
+            mask_strides = torch.empty_strided(mval.shape, mval.stride(), device="meta").expand(
+                xval.shape).view(g, t).stride()
+        except RuntimeError:
+            return None
+    return _Match(pv, q3, ks[0], vs[0], ks[1], scale, scale_mode, score_dtype, mask, tuple(mask_strides))
+
+
+def _depends_on_bmm(n: torch.fx.Node) -> bool:
+    for _ in range(8):
+        if n.target == aten.bmm.default:
+            return True
+        if n.op != "call_function" or not n.args or not isinstance(n.args[0], torch.fx.Node):
+            return False
+        n = n.args[0]
+    return False
+
+
+def _gkv_strides(val: torch.Tensor, gkv: int, t: int, d: int) -> tuple[int, int, int]:
+    return torch.empty_strided(val.shape, val.stride(), device="meta").view(gkv, t, d).stride()
+
+
+def _replace(graph: torch.fx.Graph, mt: _Match) -> None:
+    from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table, triton_kernel_wrapper_functional
+
+    from triton_nmp.target import active_target
+
+    spec = active_target()
+    oval = _val(mt.pv)
+    g, _, d = oval.shape
+    kval, vval, qval = _val(mt.k_src), _val(mt.v_src), _val(mt.q)
+    t = kval.numel() * mt.rep // (g * d)
+    gkv = g // mt.rep
+    block_t = chunk_rows(gkv, t, d, spec.num_pus, spec.bank_bytes_per_cycle, spec.dma_setup_cycles)
+    chunks = t // block_t
+    sk, sv = _gkv_strides(kval, gkv, t, d), _gkv_strides(vval, gkv, t, d)
+    fake = oval.fake_mode
+    with fake:
+        o_val = torch.empty((g, chunks, d), dtype=torch.float32)
+        ml_val = torch.empty((g, chunks, 2), dtype=torch.float32)
+        out_val = torch.empty((g, 1, d), dtype=oval.dtype)
+
+    def empty(val: torch.Tensor) -> torch.fx.Node:
+        e = graph.call_function(aten.empty.memory_format, (list(val.shape),),
+                                {"dtype": val.dtype, "device": oval.device})
+        e.meta["val"] = val
+        return e
+
+    def hop(kernel: Any, grid: tuple[int, ...], tensors: dict[str, torch.fx.Node], consts: dict[str, Any],
+            outs: list[str]) -> dict[str, torch.fx.Node]:
+        node = graph.call_function(triton_kernel_wrapper_functional, (), {
+            "kernel_idx": kernel_side_table.add_kernel(kernel),
+            "constant_args_idx": kernel_side_table.add_constant_args(consts),
+            "grid": [grid], "tma_descriptor_metadata": {}, "kwargs": tensors, "tensors_to_clone": outs})
+        with fake:
+            node.meta["val"] = {k: torch.empty_like(_val(tensors[k])) for k in outs}
+        res = {}
+        for k in outs:
+            res[k] = graph.call_function(operator.getitem, (node, k))
+            res[k].meta["val"] = node.meta["val"][k]
+        return res
+
+    with graph.inserting_before(mt.pv):
+        o, ml = empty(o_val), empty(ml_val)
+        tensors = {"q_ptr": mt.q, "k_ptr": mt.k_src, "v_ptr": mt.v_src, "o_ptr": o, "ml_ptr": ml}
+        if mt.mask is not None:
+            tensors["mask_ptr"] = mt.mask
+        consts = {"mask_ptr": None} if mt.mask is None else {}
+        consts.update(sq_g=qval.stride(0), sq_d=qval.stride(2), sk_g=sk[0], sk_t=sk[1], sk_d=sk[2],
+                      sv_g=sv[0], sv_t=sv[1], sv_d=sv[2], smask_g=mt.mask_strides[0], smask_t=mt.mask_strides[1],
+                      scale=mt.scale,
+                      CHUNKS=chunks, BLOCK_T=block_t, D=d, REP=mt.rep, SCORE_DT=_DTYPES[mt.score_dtype],
+                      SCALE_MODE=mt.scale_mode, HAS_MASK=mt.mask is not None,
+                      QROWS=max(16, 1 << (mt.rep - 1).bit_length()))
+        part = hop(_partial, (chunks, gkv, 1), tensors, consts, ["o_ptr", "ml_ptr"])
+        out = empty(out_val)
+        res = hop(_combine, (g, 1, 1), {"o_ptr": part["o_ptr"], "ml_ptr": part["ml_ptr"], "out_ptr": out},
+                  {"so_g": out_val.stride(0), "so_d": out_val.stride(2), "CHUNKS": chunks, "D": d}, ["out_ptr"])
+    mt.pv.replace_all_uses_with(res["out_ptr"])
+    _REWRITES.append(f"decode attention: {g} heads (rep {mt.rep}), {t} positions, head dim {d}, "
+                     f"{chunks} chunks of {block_t} rows")
+
+
+class DecodeAttentionPass(CustomGraphPass):
+    """Replaces decode attention (M = 1) in a post-grad graph with `_partial` + `_combine`."""
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        if not enabled():
+            return
+        matches = []
+        for node in graph.nodes:
+            if node.op == "call_function" and node.target == aten.bmm.default:
+                try:
+                    mt = _match(node)
+                except (RuntimeError, ValueError, TypeError, AttributeError, IndexError):
+                    mt = None
+                if mt is not None:
+                    matches.append(mt)
+        for mt in matches:
+            _replace(graph, mt)
+        if matches:
+            graph.eliminate_dead_code()
+
+    def uuid(self) -> str:
+        return f"{_sources()}:{int(enabled())}"
+
+
+@functools.cache
+def _sources() -> str:
+    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
