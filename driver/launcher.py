@@ -413,9 +413,11 @@ class NMPLauncher(RelayoutSite):
             if tensor is None:
                 continue
             ptr, nbytes = todo[i]
+            old = plm.placement_of(ptr, nbytes)
+            if old.provisional and i in choices and not choices[i].placement.provisional:
+                relayout.provisional_sites.settled(lookup_token(ptr, nbytes), choices[i].placement)  # maker learns
             if i in fresh:
                 c = choices.get(i)
-                old = plm.placement_of(ptr, nbytes)
                 if c is None or (c.placement.layout_signature() == old.layout_signature() and not old.provisional):
                     continue
                 plm.assign(tensor, c.placement, dead=True, name=f"{self.kernel_name}.{name}",
@@ -429,11 +431,17 @@ class NMPLauncher(RelayoutSite):
             elif i in auto:
                 if fp is not None and fp.exact:
                     continue  # the kernel does not touch it: it stays host data
-                placement = plm.Placement("interleaved", None, plm.DEFAULT_GRANULARITY, nbytes, ptr, chosen=True,
-                                          provisional=True)
-                why = (f"auto -> default interleaving until a launch with a static footprint uses it: this "
-                       f"launch's footprint is not static ({fp.reason if fp else ''})")
-                loaded = True
+                site = (self._kernel_id, grid, i, nbytes)
+                learned = relayout.provisional_sites.learned(site)
+                pol, bank, gran = learned or ("interleaved", None, plm.DEFAULT_GRANULARITY)
+                placement = plm.Placement(pol, bank, gran, nbytes, ptr, chosen=True, provisional=True)
+                start = "the layout this argument was last settled in" if learned else "default interleaving"
+                why = (f"auto -> {start} until a launch with a static footprint uses it: this launch's footprint "
+                       f"is not static ({fp.reason if fp else ''})")
+                plm.assign(tensor, placement, why=f"kernel '{self.kernel_name}': {why}",
+                           name=f"{self.kernel_name}.{name}")
+                relayout.provisional_sites.made(lookup_token(ptr, nbytes), site)
+                continue
             else:
                 pol = policy
                 stores = fp is not None and fp.exact and bool(

@@ -20,6 +20,7 @@ def _fresh_registry():
     relayout.ledger.clear()
     relayout.outputs.clear()
     relayout.laid_out.clear()
+    relayout.provisional_sites.clear()
     old = set_default_policy("auto")
     yield
     set_default_policy(old)
@@ -27,6 +28,7 @@ def _fresh_registry():
     relayout.ledger.clear()
     relayout.outputs.clear()
     relayout.laid_out.clear()
+    relayout.provisional_sites.clear()
 
 
 @triton.jit
@@ -336,3 +338,38 @@ def test_a_provisional_layout_is_settled_for_free_by_a_launch_that_overwrites_it
     assert pl.chosen and not pl.provisional
     assert [t.kind for t in prof.transfers] == ["host_write"]  # x's; v's old bytes were dead: not moved
     assert any("laid out afresh" in d.why and d.tensor.startswith("_write_kernel.v_ptr") for d in decisions())
+
+
+@triton.jit
+def _row_copy_kernel(row_ptr, src_ptr, v_ptr, N: tl.constexpr):
+    """v = the row of src at a loaded index: v's bytes are written whole, but the footprint is not static."""
+    offs = tl.arange(0, N)
+    tl.store(v_ptr + offs, tl.load(src_ptr + tl.load(row_ptr) * N + offs))
+
+
+@triton.jit
+def _sum_blocks_kernel(v_ptr, out_ptr, BLOCK: tl.constexpr):
+    """A program per BLOCK elements: the static reader that settles v's layout (chunks of one block)."""
+    pid = tl.program_id(0)
+    tl.store(out_ptr + pid, tl.sum(tl.load(v_ptr + pid * BLOCK + tl.arange(0, BLOCK))))
+
+
+def test_a_data_dependent_launch_makes_its_next_output_in_the_layout_the_last_one_was_settled_in():
+    n, block = 1 << 14, 512  # chunks of 2 KiB: not the default interleaving
+    src = torch.randn(4, n)
+    relayouts = []
+    for step in range(3):  # a decode step: a new output buffer each time
+        v = torch.empty(n)
+        out = torch.empty(n // block)
+        with triton_nmp.profile() as prof:
+            _row_copy_kernel[(1,)](torch.tensor([step]), src, v, N=n)
+            made = lookup(v.data_ptr(), n * 4)
+            _sum_blocks_kernel[(n // block,)](v, out, BLOCK=block)
+        torch.testing.assert_close(out, src[step].view(-1, block).sum(1))
+        settled = lookup(v.data_ptr(), n * 4)
+        assert made.provisional and not settled.provisional and settled.granularity == block * 4
+        relayouts.append([t for t in prof.transfers if t.kind == "relayout"])
+        assert (made.layout_signature() == settled.layout_signature()) == (step > 0)
+    # the first output is moved to the reader's layout (its bytes are live); the next ones start there
+    assert len(relayouts[0]) == 1 and relayouts[1] == relayouts[2] == []
+    assert any("the layout this argument was last settled in" in d.why for d in decisions())

@@ -39,6 +39,13 @@ online, by the rule of ski rental: renting costs the gain lost per launch, buyin
   Inductor reuses a freed buffer's storage for a later tensor of the same size, which would otherwise keep
   the layout chosen for the first one (a decode step's layer-norm output written into a buffer replicated
   for a GEMV input paid a store per bank: 64x the bytes).
+* **Provisional layouts learn.** A launch whose footprint depends on data lays its new tensors out
+  provisionally (default interleaving), and the next launch with a static footprint that moves most of one
+  settles its layout, by a charged re-layout when the bytes are live. A decode step makes a new output
+  buffer every step, so without memory the same settling move was paid every step (Llama: one score vector
+  per layer, ~47 us per token). `provisional_sites` remembers, per site of the data-dependent launch (kernel,
+  grid, argument, bytes), the layout its last tensor was settled in; the next tensor made there starts in
+  that layout (still provisional), and a settling launch that chooses the same layout moves nothing.
 * **Not counted:** launches inside a benchmark loop (`driver.benchmarker.do_bench`, used by every tuner):
   a tuner's repetitions are not the workload, and a move inside a timed call would be charged to one
   candidate. Layouts the auto policy gives tensors there are forgotten after the loop, so a cold process
@@ -61,7 +68,8 @@ from triton_nmp.abi import KIND_DMA_LOAD, KIND_DMA_STORE, KIND_GATHER, KIND_SCAT
 from triton_nmp.placement import Placement
 
 __all__ = ["Offer", "candidates", "make_offers", "Ledger", "ledger", "Tokens", "outputs", "laid_out", "stored_bytes",
-           "written_whole", "overwritten", "suspended", "enabled", "MIN_GAIN_FRACTION"]
+           "written_whole", "overwritten", "ProvisionalSites", "provisional_sites", "suspended", "enabled",
+           "MIN_GAIN_FRACTION"]
 
 MIN_GAIN_FRACTION = 0.05
 OUTPUT_FRACTION = 1 / 2  # a launch storing at least this much of a tensor writes it (no candidate)
@@ -290,3 +298,55 @@ def overwritten(trace: np.ndarray, nbytes: dict[int, int]) -> frozenset[int]:
         if start[0] <= 0 and (len(start) == 1 or (start[1:] <= end[:-1]).all()) and end[-1] >= n:
             out.append(i)
     return frozenset(out)
+
+
+class ProvisionalSites:
+    """Layouts learned for the provisional tensors of data-dependent launches (module docstring): which site
+    made each provisional tensor (by registry token), and per site the layout its last tensor was settled in.
+    Launches inside a benchmark loop teach nothing (a cold process, which tunes, and a warm one must lay
+    tensors out alike). Thread-safe, bounded."""
+
+    MAX = 1 << 14
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._made: dict[Any, Any] = {}
+        self._learned: dict[Any, tuple[str, int | None, int | None]] = {}
+
+    def made(self, token: Any, site: Any) -> None:
+        """The provisional tensor `token` was laid out by a launch at `site`."""
+        if token is None or _suspended():
+            return
+        with self._lock:
+            if len(self._made) >= self.MAX:
+                del self._made[next(iter(self._made))]
+            self._made[token] = site
+
+    def settled(self, token: Any, layout: Placement) -> None:
+        """The provisional tensor `token` was settled in `layout` (a replicated layout is not learned: the
+        data-dependent launch writes the tensor, one copy per bank)."""
+        if token is None or _suspended():
+            return
+        with self._lock:
+            site = self._made.pop(token, None)
+            if site is None:
+                return
+            if layout.policy == "replicated":
+                self._learned.pop(site, None)
+                return
+            if len(self._learned) >= self.MAX:
+                del self._learned[next(iter(self._learned))]
+            self._learned[site] = (layout.policy, layout.bank, layout.granularity)
+
+    def learned(self, site: Any) -> tuple[str, int | None, int | None] | None:
+        """(policy, bank, granularity) the last tensor made at `site` was settled in, or None."""
+        with self._lock:
+            return self._learned.get(site)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._made.clear()
+            self._learned.clear()
+
+
+provisional_sites = ProvisionalSites()
