@@ -15,7 +15,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from triton._C.libtriton import ir, passes
 from triton.backends.compiler import BaseBackend, GPUTarget, Language
@@ -27,13 +27,10 @@ from triton_nmp.source_hash import files_hash
 from triton_nmp.target import TargetSpec, spec_for_arch
 
 from . import llvm_target
-
-if TYPE_CHECKING:
-    from .scratchpad import ScratchpadPlan
-
-# The stages' own modules (the TTIR importer, the passes, LLVM code generation) load when a stage first runs:
-# Triton imports every backend's compiler at `import triton`, and a process whose kernels all come from the
-# cache never runs a stage (a warm process's start; see docs/pytorch.md).
+from .codegen import generate_llvm
+from .nmpir import print_module
+from .pipeline import PassContext, compile_ttir
+from .scratchpad import ScratchpadPlan
 
 VERSION = "0.1.0"
 
@@ -123,8 +120,6 @@ class NMPIR:
 
     def __str__(self) -> str:
         if self._text is None:
-            from .nmpir import print_module
-
             head = self.plan.summary() + "\n" + (self.spill.summary() + "\n" if self.spill is not None else "")
             self._text = head + print_module(self.module)
         return self._text
@@ -213,8 +208,6 @@ class NMPBackend(BaseBackend):
 
     @staticmethod
     def make_nmpir(src, metadata, options) -> NMPIR:
-        from .pipeline import PassContext, compile_ttir
-
         ctx = PassContext.from_options(options)
         nmp = compile_ttir(str(src), ctx)  # every pass, in order: backend/pipeline.py
         metadata["name"] = nmp.kernel.name
@@ -232,8 +225,6 @@ class NMPBackend(BaseBackend):
 
     @staticmethod
     def make_llir(src: NMPIR, metadata, options) -> str:
-        from .codegen import generate_llvm
-
         triple, data_layout = llvm_target.target_triple_and_layout()
         result = generate_llvm(src.module, triple, data_layout, src.plan, options.timing_variant)
         metadata["name"] = src.module.kernel.name
