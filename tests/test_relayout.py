@@ -357,9 +357,10 @@ def _sum_blocks_kernel(v_ptr, out_ptr, BLOCK: tl.constexpr):
 def test_a_data_dependent_launch_makes_its_next_output_in_the_layout_the_last_one_was_settled_in():
     n, block = 1 << 14, 512  # chunks of 2 KiB: not the default interleaving
     src = torch.randn(4, n)
-    relayouts = []
-    for step in range(3):  # a decode step: a new output buffer each time
+    relayouts, alive = [], []
+    for step in range(3):  # a decode step: a new output buffer each time (kept alive: never the same address)
         v = torch.empty(n)
+        alive.append(v)
         out = torch.empty(n // block)
         with triton_nmp.profile() as prof:
             _row_copy_kernel[(1,)](torch.tensor([step]), src, v, N=n)

@@ -125,3 +125,19 @@ def test_an_unreadable_footprint_file_is_reported_and_predicted_again(tmp_path, 
         again, _ = _launch()
     assert again == cold
     assert path.read_bytes() == good  # predicted again and written back
+
+
+def test_the_layout_cache_keeps_every_field_of_a_choice():
+    # a decision read from disk must act as the one computed (a lost `spread` flag made warm processes lay
+    # decode vectors out differently from cold ones)
+    import dataclasses
+    import json
+
+    from triton_nmp.auto_layout import LayoutChoice
+    from triton_nmp.placement import Placement
+
+    choices = {2: LayoutChoice(Placement("blocked", None, None, 4096, 1000), "why", False, True),
+               3: LayoutChoice(Placement("interleaved", None, 2048, 8192, 9000), "other", True, False)}
+    back = layout_cache._decode(json.loads(layout_cache._encode(choices, "k")), {2: (1000, 4096), 3: (9000, 8192)})
+    assert back == choices
+    assert {f.name for f in dataclasses.fields(LayoutChoice)} == {"placement", "reason", "loaded", "spread"}

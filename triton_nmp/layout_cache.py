@@ -72,7 +72,7 @@ def _decode(data: dict, auto: dict[int, tuple[int, int]]) -> dict[int, LayoutCho
             raise ValueError(f"a layout for argument {a}, which is not new in this launch")
         pl = Placement(str(c["policy"]), _int_or_none(c["bank"]), _int_or_none(c["granularity"]), int(c["extent"]),
                        auto[a][0])
-        out[a] = LayoutChoice(pl, str(c["reason"]), bool(c["loaded"]))
+        out[a] = LayoutChoice(pl, str(c["reason"]), bool(c["loaded"]), bool(c.get("spread", False)))
     return out
 
 
@@ -80,7 +80,8 @@ def _encode(choices: dict[int, LayoutChoice], key: str) -> str:
     return json.dumps({"key": key, "choices": {
         str(a): {"policy": c.placement.policy, "bank": _int_or_none(c.placement.bank),
                  "granularity": _int_or_none(c.placement.granularity), "extent": int(c.placement.extent),
-                 "reason": c.reason, "loaded": bool(c.loaded)} for a, c in choices.items()}})
+                 "reason": c.reason, "loaded": bool(c.loaded), "spread": bool(c.spread)}
+        for a, c in choices.items()}})
 
 
 def _read(path: str) -> tuple[Any, dict]:
