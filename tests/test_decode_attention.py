@@ -96,3 +96,18 @@ def test_chunk_rows_fill_every_pu_in_whole_waves():
     assert chunk_rows(12, 1024, 64, 64, 16, 100) == 64  # GPT-2: 192 programs, three per PU
     assert chunk_rows(4, 1024, 128, 64, 16, 100) * 128 <= 16384
     assert 4 * 1024 // chunk_rows(4, 1024, 128, 64, 16, 100) >= 64  # Llama's 4 KV heads still fill 64 PUs
+
+
+def test_heads_repeated_in_another_order_are_not_read_as_grouped(fresh_inductor):
+    """`repeat` tiles the KV heads (head h reads KV head h % kv_heads), not `repeat_interleave`'s h // rep: the
+    replayed view chain must not be taken for grouped heads: the kernels read the materialised repeat (and run
+    without a mask)."""
+    q, kc, vc = _inputs(8, 2, torch.float16)
+
+    def tiled(q, k, v):
+        k, v = k.repeat(1, 4, 1, 1), v.repeat(1, 4, 1, 1)
+        return torch.softmax((q @ k.transpose(-1, -2)).float(), dim=-1).to(v.dtype) @ v
+
+    out, done, _ = _compiled(tiled, q, kc, vc)
+    assert len(done) == 1 and "8 heads (rep 1)" in done[0]
+    torch.testing.assert_close(out.float(), tiled(q, kc, vc).float(), atol=2e-3, rtol=2e-3)

@@ -83,7 +83,7 @@ def _partial(q_ptr, k_ptr, v_ptr, mask_ptr, o_ptr, ml_ptr,
         v = v.to(tl.float32)
         q = tl.load(q_ptr + gkv * sq_g + d * sq_d).to(tl.float32)
         s = tl.sum(k * q[None, :], 1)
-        s = _epilogue(s, mask_ptr + gkv * smask_g + t * smask_t, scale, SCORE_DT, SCALE_MODE, HAS_MASK)
+        s = _epilogue(s, mask_ptr, gkv * smask_g + t * smask_t, scale, SCORE_DT, SCALE_MODE, HAS_MASK)
         m = tl.max(s, 0)
         p = tl.exp(s - tl.where(m == float("-inf"), 0.0, m))
         base = gkv * CHUNKS + c
@@ -94,7 +94,7 @@ def _partial(q_ptr, k_ptr, v_ptr, mask_ptr, o_ptr, ml_ptr,
         g = gkv * REP + r
         q = tl.load(q_ptr + g[:, None] * sq_g + d[None, :] * sq_d, mask=r[:, None] < REP, other=0.0)
         s = tl.dot(q.to(k.dtype), tl.trans(k), input_precision="ieee")
-        s = _epilogue(s, mask_ptr + g[:, None] * smask_g + t[None, :] * smask_t, scale, SCORE_DT, SCALE_MODE,
+        s = _epilogue(s, mask_ptr, g[:, None] * smask_g + t[None, :] * smask_t, scale, SCORE_DT, SCALE_MODE,
                       HAS_MASK, r[:, None] < REP)
         m = tl.max(s, 1)
         p = tl.exp(s - tl.where(m == float("-inf"), 0.0, m)[:, None])
@@ -107,7 +107,7 @@ def _partial(q_ptr, k_ptr, v_ptr, mask_ptr, o_ptr, ml_ptr,
 
 
 @triton.jit
-def _epilogue(s, mask_ptrs, scale, SCORE_DT: tl.constexpr, SCALE_MODE: tl.constexpr, HAS_MASK: tl.constexpr,
+def _epilogue(s, mask_ptr, mask_offsets, scale, SCORE_DT: tl.constexpr, SCALE_MODE: tl.constexpr, HAS_MASK: tl.constexpr,
               rows=None):
     """The graph's score epilogue on the fp32 dot products `s`: rounded to the bmm's dtype, scaled, masked."""
     s = _round(s, SCORE_DT)
@@ -117,9 +117,9 @@ def _epilogue(s, mask_ptrs, scale, SCORE_DT: tl.constexpr, SCALE_MODE: tl.conste
         s = s * scale
     if HAS_MASK:
         if rows is None:
-            s = s + tl.load(mask_ptrs).to(tl.float32)
+            s = s + tl.load(mask_ptr + mask_offsets).to(tl.float32)
         else:
-            s = s + tl.load(mask_ptrs, mask=rows, other=0.0).to(tl.float32)
+            s = s + tl.load(mask_ptr + mask_offsets, mask=rows, other=0.0).to(tl.float32)
     return s
 
 
@@ -212,7 +212,7 @@ def _source(n: torch.fx.Node, g: int, t: int, d: int, transposed: bool) -> tuple
     if g % gkv:
         return None
     rep = g // gkv
-    idx = torch.arange(sval.numel()).view(sval.shape)
+    idx = torch.arange(sval.numel(), dtype=torch.int32 if sval.numel() < 2**31 else torch.int64).view(sval.shape)
     x = idx
     for node in reversed(chain):
         x = node.target(x, *node.args[1:], **node.kwargs)
