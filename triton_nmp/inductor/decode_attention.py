@@ -94,8 +94,8 @@ def _partial(q_ptr, k_ptr, v_ptr, mask_ptr, o_ptr, ml_ptr,
         g = gkv * REP + r
         q = tl.load(q_ptr + g[:, None] * sq_g + d[None, :] * sq_d, mask=r[:, None] < REP, other=0.0)
         s = tl.dot(q.to(k.dtype), tl.trans(k), input_precision="ieee")
-        s = _epilogue(s, mask_ptr, g[:, None] * smask_g + t[None, :] * smask_t, scale, SCORE_DT, SCALE_MODE,
-                      HAS_MASK, r[:, None] < REP)
+        s = _epilogue(s, mask_ptr, g[:, None] * smask_g + t[None, :] * smask_t, scale, SCORE_DT,
+                      SCALE_MODE, HAS_MASK, r[:, None] < REP)
         m = tl.max(s, 1)
         p = tl.exp(s - tl.where(m == float("-inf"), 0.0, m)[:, None])
         o = tl.dot(p.to(v.dtype), v, input_precision="ieee")
@@ -107,8 +107,8 @@ def _partial(q_ptr, k_ptr, v_ptr, mask_ptr, o_ptr, ml_ptr,
 
 
 @triton.jit
-def _epilogue(s, mask_ptr, mask_offsets, scale, SCORE_DT: tl.constexpr, SCALE_MODE: tl.constexpr, HAS_MASK: tl.constexpr,
-              rows=None):
+def _epilogue(s, mask_ptr, mask_offsets, scale, SCORE_DT: tl.constexpr, SCALE_MODE: tl.constexpr,
+              HAS_MASK: tl.constexpr, rows=None):
     """The graph's score epilogue on the fp32 dot products `s`: rounded to the bmm's dtype, scaled, masked."""
     s = _round(s, SCORE_DT)
     if SCALE_MODE == 1:  # scaled in the bmm's dtype, then cast to fp32
