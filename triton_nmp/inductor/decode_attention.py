@@ -246,16 +246,12 @@ def _match(pv: torch.fx.Node) -> _Match | None:
     if n.target != aten.div.Tensor or not _single(n):
         return None
     ex, den = n.args
-    if not isinstance(den, torch.fx.Node) or den.target != aten.sum.dim_IntList or den.args[0] is not ex:
-        return None
-    if ex.target != aten.exp.default or len(ex.users) != 2 or not _single(den):
+    if not _reduces(den, aten.sum.dim_IntList, ex) or ex.target != aten.exp.default or len(ex.users) != 2:
         return None
     sub = ex.args[0]
-    if sub.target != aten.sub.Tensor or not _single(sub):
+    if sub.target != aten.sub.Tensor or not _single(sub) or not _reduces(sub.args[1], aten.amax.default, sub.args[0]):
         return None
     x, amax = sub.args
-    if not isinstance(amax, torch.fx.Node) or amax.target != aten.amax.default or amax.args[0] is not x:
-        return None
     xval = _val(x)
     if xval is None or xval.dtype != torch.float32 or len(x.users) != 2 or xval.shape[-1] != t:
         return None
@@ -319,6 +315,11 @@ def _match(pv: torch.fx.Node) -> _Match | None:
         except RuntimeError:
             return None
     return _Match(pv, q3, ks[0], vs[0], ks[1], scale, scale_mode, score_dtype, mask, tuple(mask_strides))
+
+
+def _reduces(n: Any, target: Any, of: torch.fx.Node) -> bool:
+    """Whether `n` is a single-user `target` reduction of `of` (the softmax's amax and sum)."""
+    return isinstance(n, torch.fx.Node) and n.target == target and n.args[0] is of and _single(n)
 
 
 def _depends_on_bmm(n: torch.fx.Node) -> bool:
