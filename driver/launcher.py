@@ -313,7 +313,7 @@ class NMPLauncher(RelayoutSite):
         todo: dict[int, tuple[int, int]] = {}
         auto_requested: set[int] = set()
         provisional: dict[int, tuple[int, int]] = {}
-        reusable: dict[int, tuple[int, int]] = {}  # the launcher laid it out, whole: afresh if overwritten
+        reusable: dict[int, tuple[int, int]] = {}  # replicated or provisional, whole: afresh if overwritten
         for i, slot, _ in self._ptr_args:
             ptr, nbytes = vals[slot], vals[slot + 1]
             if ptr and nbytes:
@@ -325,7 +325,8 @@ class NMPLauncher(RelayoutSite):
                 elif pl.origin == ptr and pl.extent == nbytes:
                     if pl.provisional:
                         provisional[i] = (ptr, nbytes)
-                    if pl.chosen and (pl.provisional or lookup_token(ptr, nbytes) in relayout.laid_out):
+                    if pl.chosen and (pl.provisional or (pl.policy == "replicated"
+                                                         and lookup_token(ptr, nbytes) in relayout.laid_out)):
                         reusable[i] = (ptr, nbytes)
         mapping, note = self._mapping, ""
         relayout_on = relayout.enabled()

@@ -374,3 +374,17 @@ def test_a_data_dependent_launch_makes_its_next_output_in_the_layout_the_last_on
     # the first output is moved to the reader's layout (its bytes are live); the next ones start there
     assert len(relayouts[0]) == 1 and relayouts[1] == relayouts[2] == []
     assert any("the layout this argument was last settled in" in d.why for d in decisions())
+
+
+def test_an_overwritten_storage_in_another_auto_layout_keeps_it():
+    # only replicated and provisional layouts are laid out afresh: re-deciding a reused storage for its writer
+    # can cost its readers more
+    x = torch.randn(ROWS, COLS)
+    _rowwise(x)
+    first = lookup(x.data_ptr(), x.numel() * 4)
+    assert first.policy == "interleaved" and first.granularity == COLS * 4
+    src = torch.randn(ROWS, COLS)
+    _copy_blocks_kernel[(ROWS // 8,)](src, x, BLOCK=8 * COLS)  # writes every byte of x, in 8 KiB blocks
+    assert torch.equal(x, src)
+    assert lookup(x.data_ptr(), x.numel() * 4).layout_signature() == first.layout_signature()
+    assert not any("laid out afresh" in d.why for d in decisions())
