@@ -78,6 +78,14 @@ WHOLE_FRACTION = 0.99  # a launch storing this much of a tensor wrote it whole (
 MAX_SITES = 4096  # accruals kept (sites of freed tensors linger until pushed out)
 
 
+def _put(table: dict[Any, Any], key: Any, value: Any, limit: int) -> None:
+    """table[key] = value, dropping the oldest entry first when a new key would pass `limit` (the tables here
+    are keyed by launch sites and registry tokens of tensors that come and go)."""
+    if key not in table and len(table) >= limit:
+        del table[next(iter(table))]
+    table[key] = value
+
+
 def enabled() -> bool:
     """Whether the rule runs (`TRITON_NMP_RELAYOUT=0` turns it off)."""
     return os.environ.get("TRITON_NMP_RELAYOUT", "1").strip().lower() not in ("0", "false", "off", "no")
@@ -202,9 +210,7 @@ class Ledger:
             acc, launches = self._accrued.get(key, (0.0, 0))
             acc, launches = acc + offer.gain, launches + 1
             if acc < offer.move_cycles:
-                if key not in self._accrued and len(self._accrued) >= MAX_SITES:
-                    del self._accrued[next(iter(self._accrued))]  # the oldest site: its tensor is likely gone
-                self._accrued[key] = (acc, launches)
+                _put(self._accrued, key, (acc, launches), MAX_SITES)  # the oldest site's tensor is likely gone
                 return None
             for k in [k for k in self._accrued if k[1] == tensor]:
                 del self._accrued[k]
@@ -234,9 +240,7 @@ class Tokens:
 
     def add(self, token: Any) -> None:
         with self._lock:
-            if len(self._tokens) >= self.MAX:
-                del self._tokens[next(iter(self._tokens))]
-            self._tokens[token] = None
+            _put(self._tokens, token, None, self.MAX)
 
     def __contains__(self, token: Any) -> bool:
         with self._lock:
@@ -319,9 +323,7 @@ class ProvisionalSites:
         if token is None or _suspended():
             return
         with self._lock:
-            if len(self._made) >= self.MAX:
-                del self._made[next(iter(self._made))]
-            self._made[token] = site
+            _put(self._made, token, site, self.MAX)
 
     def settled(self, token: Any, layout: Placement) -> None:
         """The provisional tensor `token` was settled in `layout` (a replicated layout is not learned: the
@@ -335,9 +337,7 @@ class ProvisionalSites:
             if layout.policy == "replicated":
                 self._learned.pop(site, None)
                 return
-            if len(self._learned) >= self.MAX:
-                del self._learned[next(iter(self._learned))]
-            self._learned[site] = (layout.policy, layout.bank, layout.granularity)
+            _put(self._learned, site, (layout.policy, layout.bank, layout.granularity), self.MAX)
 
     def learned(self, site: Any) -> tuple[str, int | None, int | None] | None:
         """(policy, bank, granularity) the last tensor made at `site` was settled in, or None."""
