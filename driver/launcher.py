@@ -414,6 +414,7 @@ class NMPLauncher(RelayoutSite):
             if tensor is None:
                 continue
             ptr, nbytes = todo[i]
+            site = None  # a data-dependent launch's provisional output: tell `relayout.provisional_sites`
             old = plm.placement_of(ptr, nbytes)
             if old.provisional and i in choices and not choices[i].placement.provisional:
                 relayout.provisional_sites.settled(lookup_token(ptr, nbytes), choices[i].placement)  # maker learns
@@ -439,10 +440,7 @@ class NMPLauncher(RelayoutSite):
                 start = "the layout this argument was last settled in" if learned else "default interleaving"
                 why = (f"auto -> {start} until a launch with a static footprint uses it: this launch's footprint "
                        f"is not static ({fp.reason if fp else ''})")
-                plm.assign(tensor, placement, why=f"kernel '{self.kernel_name}': {why}",
-                           name=f"{self.kernel_name}.{name}")
-                relayout.provisional_sites.made(lookup_token(ptr, nbytes), site)
-                continue
+                loaded = True
             else:
                 pol = policy
                 stores = fp is not None and fp.exact and bool(
@@ -462,6 +460,8 @@ class NMPLauncher(RelayoutSite):
                        name=f"{self.kernel_name}.{name}")
             if i in choices:
                 relayout.laid_out.add(lookup_token(ptr, nbytes))
+            elif site is not None:
+                relayout.provisional_sites.made(lookup_token(ptr, nbytes), site)
 
     def _tensor_of(self, args: Sequence[Any], i: int) -> Any:
         """The torch tensor behind pointer argument i (a descriptor's base), or None."""
