@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from triton_nmp.atomic_file import replace_file
 from triton_nmp.target import TargetSpec, active_target
 
 _MODEL_VERSION = 1
@@ -87,10 +88,7 @@ class Calibration:
 
     def save(self) -> Path:
         spec_path = calibration_dir() / f"{self.target}-{self.target_hash[:16]}.json"
-        spec_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = spec_path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(asdict(self), indent=1))
-        os.replace(tmp, spec_path)
+        replace_file(spec_path, lambda f: f.write(json.dumps(asdict(self), indent=1)))
         return spec_path
 
 

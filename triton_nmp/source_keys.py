@@ -27,10 +27,11 @@ import hashlib
 import json
 import os
 import sys
-import tempfile
 import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
+
+from triton_nmp.atomic_file import replace_file
 
 __all__ = ["install", "install_torch_key", "triton_key", "original_triton_key", "torch_key_bytes", "stamp",
            "load_or_compute", "cache_dir", "watched_files", "torch_watched_files"]
@@ -109,11 +110,7 @@ def _no_check(key: str) -> None:
 
 def _write(path: Path, digest: str, key: str) -> None:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        with os.fdopen(fd, "w") as f:
-            json.dump({"stamp": digest, "key": key}, f)
-        os.replace(tmp, path)
+        replace_file(path, lambda f: json.dump({"stamp": digest, "key": key}, f), suffix="")
     except OSError as e:
         warnings.warn(f"triton-nmp: cannot write the source key cache file {path} ({e})", stacklevel=3)
 

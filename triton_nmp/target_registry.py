@@ -12,9 +12,9 @@ finds it in any process.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
+from triton_nmp.atomic_file import replace_file
 from triton_nmp.errors import NMPTargetError
 from triton_nmp.target import TargetSpec, active_target, spec_for_arch, target_arch
 
@@ -40,11 +40,7 @@ def publish(spec: TargetSpec) -> str:
         return arch
     path = _file_for(arch)
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            f.write(spec.to_toml())
-        os.replace(tmp, path)
+        replace_file(path, lambda f: f.write(spec.to_toml()), prefix="tmp")
     _published.add(arch)
     return arch
 

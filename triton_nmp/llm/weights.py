@@ -15,12 +15,12 @@ load (truncated, another torch's format) is rebuilt and replaced.
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 from pathlib import Path
 
 import torch
 from torch import nn
+
+from triton_nmp.atomic_file import replace_file
 
 from .models import CONFIGS, GPT2, GPT2Config, Llama, _CachedDecoder, build
 
@@ -39,15 +39,8 @@ def _tensors(model: nn.Module) -> dict[str, torch.Tensor]:
 
 
 def _save(model: nn.Module, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save({n: t.detach() for n, t in _tensors(model).items()}, f)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    tensors = {n: t.detach() for n, t in _tensors(model).items()}
+    replace_file(path, lambda f: torch.save(tensors, f), binary=True, prefix=path.name + ".")
 
 
 def _load(name: str, batch: int, path: Path) -> _CachedDecoder | None:

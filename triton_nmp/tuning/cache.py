@@ -29,7 +29,6 @@ import json
 import math
 import os
 import re
-import tempfile
 import time
 import warnings
 from collections.abc import Iterator
@@ -41,6 +40,8 @@ try:
     import fcntl
 except ImportError:  # pragma: no cover - not POSIX: atomic replace still keeps files whole
     fcntl = None  # type: ignore[assignment]
+
+from triton_nmp.atomic_file import replace_file
 
 from .context import user_stacklevel
 
@@ -329,15 +330,8 @@ class TuningCache:
             if current is not None and current.key == entry.key:
                 entry = entry.merged_with(current)
             self._collect(path.parent)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem[:12]}.", suffix=".tmp")
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as f:
-                    json.dump(entry.to_json(), f, indent=1, sort_keys=True)
-                os.replace(tmp, path)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
+            data = entry.to_json()
+            replace_file(path, lambda f: json.dump(data, f, indent=1, sort_keys=True), prefix=f".{path.stem[:12]}.")
         self._memo.pop(path, None)
         if time.monotonic() - self._last_sweep >= _SWEEP_INTERVAL_S:
             self._last_sweep = time.monotonic()
