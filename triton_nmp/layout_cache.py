@@ -19,8 +19,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -31,6 +32,8 @@ from triton_nmp.source_hash import files_hash
 from triton_nmp.target import TargetSpec
 
 __all__ = ["choose_checked_cached", "offers_cached"]
+
+R = TypeVar("R")
 
 _FILES = SideCache("layouts", "json", "layout", "decision", "choosing the launch's layouts again")
 _OFFERS = SideCache("relayouts", "json", "re-layout", "offer", "pricing the launch's re-layouts again")
@@ -50,18 +53,31 @@ def _spec_hash(spec: TargetSpec) -> str:
     return hashlib.sha256(spec.to_toml().encode()).hexdigest()
 
 
+def _launch_key(trace: np.ndarray, grid: tuple[int, int, int], spec: TargetSpec) -> dict[str, Any]:
+    """What every decision of a launch depends on: the sources, the target, the grid and the footprint."""
+    trace = np.ascontiguousarray(trace)
+    return {"sources": _sources_hash(), "target": _spec_hash(spec), "grid": [int(g) for g in grid],
+            "trace": [hashlib.sha256(trace.tobytes()).hexdigest(), list(trace.shape), str(trace.dtype)]}
+
+
 def _key_text(trace: np.ndarray, grid: tuple[int, int, int], fixed: list[Any], auto: dict[int, tuple[int, int]],
               spec: TargetSpec) -> str:
-    trace = np.ascontiguousarray(trace)
     fixed_desc = [None if a is None else
                   [a.name, int(a.base), int(a.nbytes),
                    None if a.placement is None else [*a.placement.layout_signature(), int(a.placement.extent)]]
                   for a in fixed]
-    return json.dumps({
-        "sources": _sources_hash(), "target": _spec_hash(spec), "grid": [int(g) for g in grid],
-        "trace": [hashlib.sha256(trace.tobytes()).hexdigest(), list(trace.shape), str(trace.dtype)],
-        "fixed": fixed_desc, "auto": sorted([int(i), int(v[1])] for i, v in auto.items()),
-    }, sort_keys=True)
+    return json.dumps({**_launch_key(trace, grid, spec), "fixed": fixed_desc,
+                       "auto": sorted([int(i), int(v[1])] for i, v in auto.items())}, sort_keys=True)
+
+
+def _layout_json(pl: Placement) -> dict[str, Any]:
+    return {"policy": pl.policy, "bank": _int_or_none(pl.bank), "granularity": _int_or_none(pl.granularity),
+            "extent": int(pl.extent)}
+
+
+def _layout_from(d: dict, origin: int) -> Placement:
+    return Placement(str(d["policy"]), _int_or_none(d["bank"]), _int_or_none(d["granularity"]), int(d["extent"]),
+                     origin)
 
 
 def _decode(data: dict, auto: dict[int, tuple[int, int]]) -> dict[int, LayoutChoice]:
@@ -70,17 +86,14 @@ def _decode(data: dict, auto: dict[int, tuple[int, int]]) -> dict[int, LayoutCho
         a = int(i)
         if a not in auto:
             raise ValueError(f"a layout for argument {a}, which is not new in this launch")
-        pl = Placement(str(c["policy"]), _int_or_none(c["bank"]), _int_or_none(c["granularity"]), int(c["extent"]),
-                       auto[a][0])
-        out[a] = LayoutChoice(pl, str(c["reason"]), bool(c["loaded"]), bool(c.get("spread", False)))
+        out[a] = LayoutChoice(_layout_from(c, auto[a][0]), str(c["reason"]), bool(c["loaded"]),
+                              bool(c.get("spread", False)))
     return out
 
 
 def _encode(choices: dict[int, LayoutChoice], key: str) -> str:
     return json.dumps({"key": key, "choices": {
-        str(a): {"policy": c.placement.policy, "bank": _int_or_none(c.placement.bank),
-                 "granularity": _int_or_none(c.placement.granularity), "extent": int(c.placement.extent),
-                 "reason": c.reason, "loaded": bool(c.loaded), "spread": bool(c.spread)}
+        str(a): {**_layout_json(c.placement), "reason": c.reason, "loaded": bool(c.loaded), "spread": bool(c.spread)}
         for a, c in choices.items()}})
 
 
@@ -94,32 +107,35 @@ def _int_or_none(v: Any) -> int | None:
     return None if v is None else int(v)
 
 
+def _cached(side: SideCache, metadata: Any, key_text: Callable[[], str], decode: Callable[[dict], R],
+            compute: Callable[[], R], encode: Callable[[R, str], str]) -> R:
+    """`compute()`, read from `side`'s file for this kernel and key when stored before, else stored there."""
+    where = side.file(metadata, key_text)
+    if where is None:
+        return compute()
+    value = side.load(where, _read, decode)
+    if value is None:
+        value = compute()
+        side.store(where, encode(value, where.key))
+    return value
+
+
 def choose_checked_cached(metadata: Any, trace: np.ndarray, grid: tuple[int, int, int], fixed: list[Any],
                           auto: dict[int, tuple[int, int]], spec: TargetSpec) -> dict[int, LayoutChoice]:
     """`auto_layout.choose_checked(trace, grid, fixed, auto, spec)`, read from disk when decided before."""
-    where = _FILES.file(metadata, lambda: _key_text(trace, grid, fixed, auto, spec))
-    if where is None:
-        return choose_checked(trace, grid, fixed, auto, spec)
-    choices = _FILES.load(where, _read, lambda data: _decode(data, auto))
-    if choices is None:
-        choices = choose_checked(trace, grid, fixed, auto, spec)
-        _FILES.store(where, _encode(choices, where.key))
-    return choices
+    return _cached(_FILES, metadata, lambda: _key_text(trace, grid, fixed, auto, spec),
+                   lambda data: _decode(data, auto), lambda: choose_checked(trace, grid, fixed, auto, spec), _encode)
 
 
 def _offers_key_text(trace: np.ndarray, grid: tuple[int, int, int], args: list[Any],
                      movable: dict[int, tuple[int, int]], mapping: str, spec: TargetSpec) -> str:
-    trace = np.ascontiguousarray(trace)
     args_desc = [None if a is None else
                  [a.name, int(a.base), int(a.nbytes), [*a.placement.layout_signature(), int(a.placement.extent),
                                                        bool(a.placement.chosen), bool(a.placement.provisional)]]
                  for a in args]
-    return json.dumps({
-        "sources": _sources_hash(), "target": _spec_hash(spec), "grid": [int(g) for g in grid],
-        "trace": [hashlib.sha256(trace.tobytes()).hexdigest(), list(trace.shape), str(trace.dtype)],
-        "args": args_desc, "movable": sorted([int(i), int(v[1])] for i, v in movable.items()),
-        "mapping": mapping,
-    }, sort_keys=True)
+    return json.dumps({**_launch_key(trace, grid, spec), "args": args_desc,
+                       "movable": sorted([int(i), int(v[1])] for i, v in movable.items()), "mapping": mapping},
+                      sort_keys=True)
 
 
 def _decode_offers(data: dict, movable: dict[int, tuple[int, int]]) -> list[Any]:
@@ -130,18 +146,15 @@ def _decode_offers(data: dict, movable: dict[int, tuple[int, int]]) -> list[Any]
         a = int(o["arg"])
         if a not in movable:
             raise ValueError(f"an offer for argument {a}, which this launch may not move")
-        pl = Placement(str(o["policy"]), _int_or_none(o["bank"]), _int_or_none(o["granularity"]), int(o["extent"]),
-                       movable[a][0])
-        out.append(Offer(a, pl, str(o["reason"]), float(o["cycles_now"]), float(o["cycles_then"]),
-                         float(o["move_cycles"])))
+        out.append(Offer(a, _layout_from(o, movable[a][0]), str(o["reason"]), float(o["cycles_now"]),
+                         float(o["cycles_then"]), float(o["move_cycles"])))
     return out
 
 
 def _encode_offers(offers: list[Any], key: str) -> str:
     return json.dumps({"key": key, "offers": [
-        {"arg": o.arg, "policy": o.layout.policy, "bank": _int_or_none(o.layout.bank),
-         "granularity": _int_or_none(o.layout.granularity), "extent": int(o.layout.extent), "reason": o.reason,
-         "cycles_now": o.cycles_now, "cycles_then": o.cycles_then, "move_cycles": o.move_cycles} for o in offers]})
+        {"arg": o.arg, **_layout_json(o.layout), "reason": o.reason, "cycles_now": o.cycles_now,
+         "cycles_then": o.cycles_then, "move_cycles": o.move_cycles} for o in offers]})
 
 
 def offers_cached(metadata: Any, trace: np.ndarray, grid: tuple[int, int, int], args: list[Any],
@@ -149,11 +162,6 @@ def offers_cached(metadata: Any, trace: np.ndarray, grid: tuple[int, int, int], 
     """`relayout.make_offers(trace, grid, args, movable, mapping, spec)`, read from disk when priced before."""
     from triton_nmp.relayout import make_offers
 
-    where = _OFFERS.file(metadata, lambda: _offers_key_text(trace, grid, args, movable, mapping, spec))
-    if where is None:
-        return make_offers(trace, grid, args, movable, mapping, spec)
-    offers = _OFFERS.load(where, _read, lambda data: _decode_offers(data, movable))
-    if offers is None:
-        offers = make_offers(trace, grid, args, movable, mapping, spec)
-        _OFFERS.store(where, _encode_offers(offers, where.key))
-    return offers
+    return _cached(_OFFERS, metadata, lambda: _offers_key_text(trace, grid, args, movable, mapping, spec),
+                   lambda data: _decode_offers(data, movable),
+                   lambda: make_offers(trace, grid, args, movable, mapping, spec), _encode_offers)
