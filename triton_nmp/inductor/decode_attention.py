@@ -27,12 +27,9 @@ epilogues) is left to Inductor. `TRITON_NMP_DECODE_ATTENTION=0` turns the pass o
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import operator
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -418,9 +415,6 @@ class DecodeAttentionPass(CustomGraphPass):
             graph.eliminate_dead_code()
 
     def uuid(self) -> str:
-        return f"{_sources()}:{int(enabled())}"
+        from .choices import sources_hash  # the integration's sources (this module's among them) and the compiler's
 
-
-@functools.cache
-def _sources() -> str:
-    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+        return f"{sources_hash()[:16]}:{int(enabled())}"
