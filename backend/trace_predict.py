@@ -7,6 +7,12 @@ numpy arrays as values (one lane per program), and emits the same records the co
 Tile compute is never evaluated; a scalar that comes from loaded data is unknown, and if an unknown
 value steers control flow or an address the prediction gives up (`TracePrediction.exact` False).
 
+A branch on loaded data (`if tl.max(mask) > -inf:`, a program that skips work its data makes void) is the one
+data dependence followed: both sides run for every program that reaches it, so the records are a superset of
+what any run issues (`TracePrediction.bound`: every byte a program may move, some it may not). Placement may
+follow a bound (a program goes where its possible bytes live); whatever needs the records a run really issues
+(overwritten bytes, time estimates) keeps to `exact`.
+
 Cost: one numpy operation per scalar op per loop iteration, whatever the number of programs.
 """
 
@@ -37,6 +43,7 @@ class TracePrediction:
     trace: np.ndarray  # (records, abi.TRACE_WORDS) int64, program order within each program
     exact: bool
     reason: str = ""
+    bound: bool = False  # not exact, but `trace` holds every record a run may issue (both sides of data branches)
 
 
 def _wrap(x, elem: str):
@@ -148,6 +155,7 @@ class _Predictor:
         self.users = use_counts(func)
         self.accesses: dict[int, int] = {}  # nmp.vec op -> scratchpad accesses of its loop (codegen's fusion)
         self.blocks_seen: set[tuple[int, int]] = set()
+        self.bounded = ""  # why the records are a superset: the first branch on loaded data, else ""
         self.gather_rows = address_tiles(func)  # the only tiles `index_tile` evaluates: a tile holds
         # (programs x elements) integers, evaluating every integer tile of a large launch costs seconds
 
@@ -422,10 +430,17 @@ class _Predictor:
         return running
 
     def if_op(self, op: Op, mask: np.ndarray) -> np.ndarray:
-        cond = np.broadcast_to(np.asarray(self.val(Operands(op).cond)) != 0, mask.shape)
+        data = id(Operands(op).cond) in self.unknown
+        if data:  # both sides, for every program: a superset of the records; scalar results are unknown
+            self.bounded = self.bounded or f"the branch at {op.loc} depends on loaded data"
+            cond = np.ones(mask.shape, dtype=bool)
+            sides = (cond, cond)
+        else:
+            cond = np.broadcast_to(np.asarray(self.val(Operands(op).cond)) != 0, mask.shape)
+            sides = (cond, ~cond)
         out = np.zeros_like(mask)
         results = {}
-        for region, sel in zip(op.regions, (cond, ~cond)):
+        for region, sel in zip(op.regions, sides):
             lanes = mask & sel
             if not lanes.any():
                 continue
@@ -441,19 +456,25 @@ class _Predictor:
                 prev = results.get(id(r), np.zeros(mask.shape, dtype=np.float64))
                 results[id(r)] = np.where(lanes, self.val(v), prev)
         for r in op.results:
-            if id(r) in results and id(r) not in self.unknown:
+            if data:
+                self.unknown.add(id(r))
+            elif id(r) in results and id(r) not in self.unknown:
                 self.env[id(r)] = results[id(r)]
         return out
 
 
 def predict_trace(func: Func, scalars: dict[str, int | float], spans: dict[str, int],
                   grid: tuple[int, int, int]) -> TracePrediction:
-    """The trace the compiled kernel would record for this launch, or exact=False when it depends on data."""
+    """The trace the compiled kernel would record for this launch, or exact=False when it depends on data (with
+    `bound` and a superset of the records when only branches do)."""
     grid = tuple(int(g) for g in (list(grid) + [1, 1])[:3])
     if min(grid) <= 0:
         return TracePrediction(np.zeros((0, abi.TRACE_WORDS), dtype=np.int64), True)
+    predictor = _Predictor(func, scalars, spans, grid)
     try:
-        trace = _Predictor(func, scalars, spans, grid).run()
+        trace = predictor.run()
     except Unknown as e:
         return TracePrediction(np.zeros((0, abi.TRACE_WORDS), dtype=np.int64), False, str(e))
+    if predictor.bounded:
+        return TracePrediction(trace, False, predictor.bounded, bound=True)
     return TracePrediction(trace, True)

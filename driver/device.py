@@ -109,6 +109,7 @@ class PendingLaunch:
     trace: Any  # numpy int64 (n, 8) or None
     note: str = ""  # how the launch was placed and mapped when that differs from what was asked (profiles)
     graph: bool = False  # dispatched from a replayed launch graph (`launch_graph`): no host launch overhead
+    owner_trace: Any = None  # what owner mappings place programs by when the run's records depend on data
 
 
 @dataclass(slots=True)
@@ -475,7 +476,8 @@ class SimClock:
         # Null or empty buffers carry no placement: the model treats None as interleaved from byte 0.
         args = [None if b is None or b[3] is None else ArgBuffer(*b) for b in launch.buffers]
         return timing.simulate_timing(
-            launch.trace, launch.grid, args, launch.spec, mapping=launch.mapping, kernel=f"kernel '{launch.kernel}'"
+            launch.trace, launch.grid, args, launch.spec, mapping=launch.mapping, kernel=f"kernel '{launch.kernel}'",
+            owner_trace=launch.owner_trace,
         )
 
     def clear_memo(self) -> None:

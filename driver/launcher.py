@@ -262,7 +262,7 @@ class NMPLauncher(RelayoutSite):
             if before_launch:
                 for fn in tuple(before_launch):
                     fn(self, args, tvals, grid)
-            mapping, note = self._place(args, tvals, grid, spec)
+            mapping, note, owner_trace = self._place(args, tvals, grid, spec)
             buffers, ident, where = self._buffers(tvals)
             # Identity of the launch (replay needs the very same call) and of its timing inputs (timing
             # depends on pointers only through placement, position in the placed range and size).
@@ -282,7 +282,7 @@ class NMPLauncher(RelayoutSite):
                     launch_key,
                     PendingLaunch(
                         clock.next_seq(), self.kernel_name, timing_key, grid, self.metadata, spec, mapping,
-                        buffers, result.counters, result.host_seconds, result.trace, note, graph,
+                        buffers, result.counters, result.host_seconds, result.trace, note, graph, owner_trace,
                     ),
                 )
         if after_launch:
@@ -292,13 +292,15 @@ class NMPLauncher(RelayoutSite):
             launch_exit_hook(launch_metadata)
 
     def _place(self, args: Sequence[Any], vals: tuple[int, ...], grid: tuple[int, int, int],
-               spec: Any) -> tuple[str, str]:
+               spec: Any) -> tuple[str, str, Any]:
         """Place the launch's host tensors (no placement yet, or place(t, "auto")) by the default policy
-        and choose the mapping: (pu_mapping for the timing model, a note for the profile).
+        and choose the mapping: (pu_mapping for the timing model, a note for the profile, the bound trace
+        owner mappings follow or None).
 
         "auto" layouts and the "auto" mapping need the launch's static footprint
         (`triton_nmp.footprint`); when it depends on loaded data, layouts fall back to the default
-        interleaving and the mapping to round robin, and the note says why."""
+        interleaving and the mapping to round robin, and the note says why. When only branches depend on
+        data, the footprint's bound (both sides) is followed instead."""
         from triton_nmp import placement as plm
 
         stamp = _placements.stamp()
@@ -338,10 +340,12 @@ class NMPLauncher(RelayoutSite):
 
             key = (grid, self._scalars(vals), tuple(vals[slot + 1] for _, slot, _ in self._ptr_args))
             fp = launch_footprint(self.metadata, self.abi.args, vals, grid, key)
-            if mapping == "auto" and not fp.exact:
+            if mapping == "auto" and not fp.placeable:
                 mapping = "round_robin"
                 note = f"auto mapping -> round_robin: the footprint is not static ({fp.reason})"
-            if fp.exact and provisional:  # laid out provisionally: a launch that moves most of them decides
+            elif mapping == "auto" and not fp.exact:
+                note = f"auto mapping from a bound of the footprint ({fp.reason}: both sides counted)"
+            if fp.placeable and provisional:  # laid out provisionally: a launch that moves most of them decides
                 from triton_nmp.auto_layout import moves_most_of
 
                 settle = {i: v for i, v in provisional.items() if moves_most_of(fp.trace, i, v[1])}
@@ -354,9 +358,10 @@ class NMPLauncher(RelayoutSite):
             auto_requested.update(fresh)
         if todo:
             self._place_arguments(args, vals, grid, spec, todo, auto_requested, policy, fp, fresh)
-        offer = self._relayout_offer(vals, grid, spec, mapping, fp) if relayout_on and fp is not None and fp.exact \
-            else None
-        result = (mapping, note)
+        offer = self._relayout_offer(vals, grid, spec, mapping, fp) if relayout_on and fp is not None and \
+            fp.placeable else None
+        # a bound footprint (branches on data): programs are mapped by it, as hardware would before the run
+        result = (mapping, note, fp.trace if fp is not None and fp.bound and fp.placeable else None)
         self._last_place = (vals, _placements.stamp(), spec, result, offer)
         if offer is not None:
             self._accrue(args, vals, offer)
@@ -382,7 +387,7 @@ class NMPLauncher(RelayoutSite):
 
         choices: dict[int, Any] = {}
         auto = {i: v for i, v in todo.items() if policy == "auto" or i in auto_requested}
-        if auto and fp is not None and fp.exact:
+        if auto and fp is not None and fp.placeable:
             from triton_nmp.layout_cache import choose_checked_cached
 
             fixed: list[Any] = [None] * len(self.plan)
@@ -431,7 +436,7 @@ class NMPLauncher(RelayoutSite):
                 c = choices[i]
                 placement, why, loaded = c.placement, c.reason, c.loaded
             elif i in auto:
-                if fp is not None and fp.exact:
+                if fp is not None and fp.placeable:
                     continue  # the kernel does not touch it: it stays host data
                 site = (self._kernel_id, grid, i, nbytes)
                 learned = relayout.provisional_sites.learned(site)

@@ -418,12 +418,15 @@ def simulate_timing(
     seed: int = 0,
     *,
     kernel: str = "",
+    owner_trace: Any = None,
 ) -> LaunchTiming:
     """Simulated time of one launch from its execution trace (see the module docstring for the model).
 
     `args` holds, per metadata["nmp_args"] entry, an ArgBuffer for pointers (None otherwise; a
     pointer without one is treated as interleaved from its first byte). `kernel` names the kernel
-    in error messages.
+    in error messages. `owner_trace`, when given, is what the owner mappings ("locality", "auto") place
+    programs by instead of the run's own records: a bound of the footprint known before the launch
+    (`triton_nmp.footprint`), when the records a run issues depend on its data.
     """
     spec = spec or active_target()
     if mapping not in MAPPINGS:
@@ -668,7 +671,10 @@ def simulate_timing(
             },
         )
 
-    owner_bytes = banks_t.aggregate(d_prog, n, rec_pat) if mapping in ("locality", "auto") else None
+    owner_bytes = None
+    if mapping in ("locality", "auto"):
+        owner_bytes = banks_t.aggregate(d_prog, n, rec_pat) if owner_trace is None else \
+            _owner_bytes(owner_trace, n, args, spec, kernel)
     if mapping != "auto":
         return _schedule_launch(_map_programs(mapping, n, P, owner_bytes, seed), mapping)
     # auto: owner-computes with balanced load, kept only when it is faster than round robin (item 6)
@@ -695,6 +701,14 @@ def simulate_timing(
     return best
 
 
+
+
+def _owner_bytes(trace: Any, n: int, args: Any, spec: TargetSpec, kernel: str) -> np.ndarray:
+    """Bytes per (program, bank) of the DMA-like records of `trace` (the owner mappings' input)."""
+    tr = np.asarray(trace, dtype=np.int64).reshape(-1, TRACE_WORDS)
+    dtr = tr[tr[:, 0] <= KIND_SCATTER]
+    pats = dma_patterns(dtr, dtr[:, 0] >= KIND_GATHER, args, spec, kernel)
+    return PatternTable(pats.banks).aggregate(dtr[:, 1], n, pats.rec_pat)
 
 
 def simulate_launch(

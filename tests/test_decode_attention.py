@@ -111,3 +111,48 @@ def test_heads_repeated_in_another_order_are_not_read_as_grouped(fresh_inductor)
     out, done, _ = _compiled(tiled, q, kc, vc)
     assert len(done) == 1 and "8 heads (rep 1)" in done[0]
     torch.testing.assert_close(out.float(), tiled(q, kc, vc).float(), atol=2e-3, rtol=2e-3)
+
+
+def test_chunks_past_the_position_are_skipped_at_every_position(fresh_inductor):
+    """The mask leaves positions [0, pos]: chunks after pos load neither K nor V (the launch moves less), and the
+    result equals eager at the first position, both sides of a chunk boundary and the last position."""
+    q, kc, vc = _inputs(12, 12, torch.float16)
+    f = torch.compile(_decode, backend="nmp")
+    rows = chunk_rows(12, T, 64, 64, 16, 100)
+    moved = {}
+    for pos in (0, rows - 1, rows, T - 1):
+        p = torch.tensor([pos])
+        with triton_nmp.profile() as prof:
+            out = f(q, kc, vc, p)
+        torch.testing.assert_close(out.float(), _decode(q, kc, vc, p).float(), atol=2e-3, rtol=2e-3)
+        part = [r for r in prof.launches if r.kernel == "_partial"]
+        assert len(part) == 1 and part[0].mapping.startswith("auto")  # mapped by the footprint's bound
+        moved[pos] = part[0].bytes_local + part[0].bytes_remote
+    kv_chunk = 2 * 12 * rows * 64 * 2  # K and V of one chunk of every head
+    assert moved[0] == moved[rows - 1] and moved[rows] >= moved[0] + kv_chunk
+    assert moved[T - 1] >= moved[0] + (T // rows - 1) * kv_chunk
+
+
+def test_grouped_heads_skip_masked_chunks(fresh_inductor):
+    q, kc, vc = _inputs(16, 4, torch.float16)
+    f = torch.compile(_decode, backend="nmp")
+    for pos in (0, 130):
+        p = torch.tensor([pos])
+        torch.testing.assert_close(f(q, kc, vc, p).float(), _decode(q, kc, vc, p).float(), atol=2e-3, rtol=2e-3)
+
+
+def test_one_mask_kernel_for_every_layer(fresh_inductor):
+    """Inductor computes an unrealized pointwise input of a user kernel into a new buffer per call: the pass
+    fixes the mask's strides once, so two layers' attentions read one mask computed by one kernel."""
+    q, kc, vc = _inputs(12, 12, torch.float16)
+
+    def two_layers(q, k, v, pos):
+        keep = torch.arange(k.shape[2])[None, :] <= pos[:, None]
+        mask = torch.zeros(keep.shape).masked_fill(~keep, float("-inf"))
+        return _attend(_attend(q, k, v, mask), k, v, mask)
+
+    pos = torch.tensor([70])
+    out, done, kernels = _compiled(two_layers, q, kc, vc, pos)
+    assert len(done) == 2 and kernels.count("_partial") == 2
+    assert len([k for k in kernels if "masked_fill" in k]) == 1, kernels
+    torch.testing.assert_close(out.float(), two_layers(q, kc, vc, pos).float(), atol=2e-3, rtol=2e-3)

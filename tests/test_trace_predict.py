@@ -75,3 +75,53 @@ def test_device_asserts_do_not_stop_the_prediction(launched_grids):
     p = predict_trace(mod.kernel, scalars, spans, grid)
     assert p.exact, p.reason
     assert np.array_equal(p.trace, result.trace)
+
+
+@triton.jit
+def _copy_if_flagged(x, y, flags, BLOCK: tl.constexpr):
+    """Programs whose flag is 0 skip their work: a branch on loaded data, as decode attention's masked-off chunks."""
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    if tl.load(flags + pid) != 0:
+        tl.store(y + offs, tl.load(x + offs) * 2)
+
+
+@triton.jit
+def _copy_from_loaded_row(x, y, rows, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    tl.store(y + pid * BLOCK + offs, tl.load(x + tl.load(rows + pid) * BLOCK + offs))
+
+
+def _predicted(k, launched_grids):
+    slots, grid, meta, result = launched_grids[-1]
+    mod = compile_ttir(k.asm["ttir"], PassContext(spec_for_arch(k.metadata.target.arch), k.metadata.num_stages))
+    scalars, spans = _scalars_and_spans(meta, slots)
+    return predict_trace(mod.kernel, scalars, spans, grid), result.trace
+
+
+def test_a_branch_on_loaded_data_predicts_a_bound_of_both_sides(launched_grids):
+    """Not exact, but every record a run issues is predicted (the skipped programs' loads and stores too)."""
+    import torch
+
+    x, flags = torch.arange(256, dtype=torch.float32), torch.tensor([1, 0, 1, 0], dtype=torch.int32)
+    y = torch.zeros_like(x)
+    k = _copy_if_flagged[(4,)](x, y, flags, BLOCK=64)
+    assert torch.equal(y.view(4, 64)[0::2], x.view(4, 64)[0::2] * 2) and not y.view(4, 64)[1::2].any()
+    p, real = _predicted(k, launched_grids)
+    assert not p.exact and p.bound and "depends on loaded data" in p.reason
+    predicted = {tuple(r) for r in p.trace.tolist()}
+    assert all(tuple(r) in predicted for r in real.tolist())
+    assert len(predicted) > len({tuple(r) for r in real.tolist()})  # programs 1 and 3's copy, not run
+    assert set(p.trace[:, 1].tolist()) == {0, 1, 2, 3}
+
+
+def test_an_address_from_loaded_data_is_no_bound(launched_grids):
+    import torch
+
+    x, rows = torch.arange(256, dtype=torch.float32), torch.tensor([3, 2, 1, 0], dtype=torch.int32)
+    y = torch.empty_like(x)
+    k = _copy_from_loaded_row[(4,)](x, y, rows, BLOCK=64)
+    assert torch.equal(y.view(4, 64), x.view(4, 64).flip(0))
+    p, _ = _predicted(k, launched_grids)
+    assert not p.exact and not p.bound and "loaded data" in p.reason

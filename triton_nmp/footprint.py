@@ -5,7 +5,11 @@ before a launch runs on real hardware, so they may only use what is known before
 code, its scalar arguments, its grid and its buffers' sizes. `backend.trace_predict` turns exactly
 that into the DMA records every program will issue; when a record depends on loaded data (a gather
 through loaded indices, a data-dependent loop bound), the prediction says so (`exact` False) and
-placement falls back to footprint-free choices (round-robin mapping, the default layout).
+placement falls back to footprint-free choices (round-robin mapping, the default layout). When only branches
+depend on loaded data (a program that skips work its data makes void, such as decode attention's chunks past
+the position), the records of both sides are a sound bound (`bound` True, `placeable`): placement follows it
+as it follows an exact footprint (programs go where the bytes they may move live), and whatever needs the bytes
+a run really moves (bytes a launch overwrites) keeps to exact footprints.
 
 The nmpir of a kernel comes from the compile in this process (`register_kernel`, called by the nmpir
 stage) or, for a kernel loaded from Triton's cache or compiled by another process, from the TTIR in
@@ -46,9 +50,15 @@ _FILES = SideCache("footprint", "npz", "footprint", "prediction", "predicting th
 class Footprint:
     """Predicted records of one launch (`triton_nmp.abi` layout), or why there are none."""
 
-    trace: np.ndarray | None
+    trace: np.ndarray | None  # exact, or (bound) every record the launch may issue
     exact: bool
     reason: str = ""
+    bound: bool = False
+
+    @property
+    def placeable(self) -> bool:
+        """Whether placement may follow `trace`: exact, or a superset of what a run moves."""
+        return self.trace is not None and (self.exact or self.bound)
 
 
 _lock = threading.Lock()
@@ -110,16 +120,17 @@ def _module_hash() -> str:
 def _read(path: str) -> tuple[str, Footprint]:
     with np.load(path, allow_pickle=False) as z:
         trace, exact, reason, key = z["trace"], bool(z["exact"]), str(z["reason"]), str(z["key"])
+        bound = bool(z["bound"])
     if trace.dtype != np.int64 or trace.ndim != 2 or trace.shape[1] != abi.TRACE_WORDS:
         raise ValueError(f"trace of dtype {trace.dtype} and shape {trace.shape}")
-    return key, Footprint(trace if exact else None, exact, reason)
+    return key, Footprint(trace if exact or bound else None, exact, reason, bound)
 
 
 def _encode(fp: Footprint, key: str) -> bytes:
     buf = io.BytesIO()
     trace = fp.trace if fp.trace is not None else np.zeros((0, abi.TRACE_WORDS), dtype=np.int64)
     np.savez(buf, trace=trace.astype(np.int64, copy=False), exact=np.array(fp.exact), reason=np.array(fp.reason),
-             key=np.array(key))
+             bound=np.array(fp.bound), key=np.array(key))
     return buf.getvalue()
 
 
@@ -149,7 +160,7 @@ def _predict(metadata: Any, args: Any, vals: tuple[int, ...], grid: tuple[int, i
         pred = predict_trace(func, scalars, spans, grid)
     except Exception as e:  # noqa: BLE001 - an op the predictor does not model: no static footprint
         return Footprint(None, False, f"the trace predictor cannot follow this kernel ({type(e).__name__}: {e})")
-    return Footprint(pred.trace if pred.exact else None, pred.exact, pred.reason)
+    return Footprint(pred.trace if pred.exact or pred.bound else None, pred.exact, pred.reason, pred.bound)
 
 
 def launch_footprint(metadata: Any, args: Any, vals: tuple[int, ...], grid: tuple[int, int, int],

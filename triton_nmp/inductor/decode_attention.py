@@ -13,8 +13,16 @@ post-grad graph and replaces it with two Triton kernels, inserted as user-define
 * `_partial`: one program per (KV head, chunk of `BLOCK_T` cache rows) streams its K and V rows (one contiguous
   run each, so automatic placement puts them in one bank and the program on that bank's PU), computes the
   scores of every query head that shares the KV head (grouped heads: the repeated cache is never
-  materialised), their chunk max and exp-sum, and the unnormalised `p @ v` row;
-* `_combine`: one program per query head rescales the chunks' rows by `exp(m_c - m)` and divides by the sum.
+  materialised), their chunk max and exp-sum, and the unnormalised `p @ v` row. A chunk whose mask entries are
+  all -inf (past a decode step's position) loads neither K nor V: its max is -inf and its sum 0, so the work is
+  bounded by the position (the branch is on loaded data: placement follows the footprint's bound, see
+  `triton_nmp.footprint`). Programs run in blocks of ceil(programs / PUs), rotated at a head's end so that every
+  PU starts with its earliest positions (the live chunks share the first wave);
+* `_combine`: one program per query head rescales the chunks' rows by `exp(m_c - m)` and divides by the sum
+  (a skipped chunk's row, never written, has weight 0).
+
+The mask is one buffer for every layer: its strides are fixed once before the calls (`_realized`), else
+Inductor's fixed-stride constraint on user-defined kernels computes it again for each layer.
 
 The scores follow the graph's own rounding: the bmm's output dtype, the scale applied before or after the cast
 to fp32, the additive mask (any tensor broadcast over heads and positions). The probabilities are not rounded
@@ -68,55 +76,73 @@ def _round(x, DT: tl.constexpr):
 def _partial(q_ptr, k_ptr, v_ptr, mask_ptr, o_ptr, ml_ptr,
              sq_g, sq_d, sk_g, sk_t, sk_d, sv_g, sv_t, sv_d, smask_g, smask_t, scale,
              CHUNKS: tl.constexpr, BLOCK_T: tl.constexpr, D: tl.constexpr, REP: tl.constexpr,
-             SCORE_DT: tl.constexpr, SCALE_MODE: tl.constexpr, HAS_MASK: tl.constexpr, QROWS: tl.constexpr):
-    c = tl.program_id(0)
-    gkv = tl.program_id(1)
+             SCORE_DT: tl.constexpr, SCALE_MODE: tl.constexpr, HAS_MASK: tl.constexpr, QROWS: tl.constexpr,
+             PER_PU: tl.constexpr):
+    # programs in runs of PER_PU (the blocked mapping of the cache's chunks onto PUs); a run that crosses a
+    # head's end is rotated so its earliest positions come first: every PU's first program is its chunk most
+    # likely left by the mask (a decode step's chunks past the position do nothing but end a PU's queue)
+    lin = tl.program_id(1) * CHUNKS + tl.program_id(0)
+    first = lin - lin % PER_PU
+    run = tl.minimum(PER_PU, CHUNKS * tl.num_programs(1) - first)
+    wrap = (CHUNKS - first % CHUNKS) % CHUNKS
+    wrap = tl.where(wrap < run, wrap, 0)
+    chunk = first + (lin - first + wrap) % run
+    c = chunk % CHUNKS
+    gkv = chunk // CHUNKS
     t = c * BLOCK_T + tl.arange(0, BLOCK_T)
     d = tl.arange(0, D)
-    k = tl.load(k_ptr + gkv * sk_g + t[:, None] * sk_t + d[None, :] * sk_d)
-    v = tl.load(v_ptr + gkv * sv_g + t[:, None] * sv_t + d[None, :] * sv_d)
     if REP == 1:  # one query row: vector products (the matrix unit would pad it to 16 rows)
-        k = k.to(tl.float32)
-        v = v.to(tl.float32)
-        q = tl.load(q_ptr + gkv * sq_g + d * sq_d).to(tl.float32)
-        s = tl.sum(k * q[None, :], 1)
-        s = _epilogue(s, mask_ptr, gkv * smask_g + t * smask_t, scale, SCORE_DT, SCALE_MODE, HAS_MASK)
-        m = tl.max(s, 0)
-        p = tl.exp(s - tl.where(m == float("-inf"), 0.0, m))
         base = gkv * CHUNKS + c
-        tl.store(o_ptr + base * D + d, tl.sum(p[:, None] * v, 0))
-        tl.store(ml_ptr + base * 2 + tl.arange(0, 2), tl.where(tl.arange(0, 2) == 0, m, tl.sum(p, 0)))
+        add = tl.zeros([BLOCK_T], tl.float32)
+        if HAS_MASK:
+            add = tl.load(mask_ptr + gkv * smask_g + t * smask_t).to(tl.float32)
+        if tl.max(add, 0) > float("-inf"):  # a chunk the mask leaves some position of: K and V are read
+            k = tl.load(k_ptr + gkv * sk_g + t[:, None] * sk_t + d[None, :] * sk_d).to(tl.float32)
+            v = tl.load(v_ptr + gkv * sv_g + t[:, None] * sv_t + d[None, :] * sv_d).to(tl.float32)
+            q = tl.load(q_ptr + gkv * sq_g + d * sq_d).to(tl.float32)
+            s = _epilogue(tl.sum(k * q[None, :], 1), scale, SCORE_DT, SCALE_MODE) + add
+            m = tl.max(s, 0)
+            p = tl.exp(s - tl.where(m == float("-inf"), 0.0, m))
+            tl.store(o_ptr + base * D + d, tl.sum(p[:, None] * v, 0))
+            tl.store(ml_ptr + base * 2 + tl.arange(0, 2), tl.where(tl.arange(0, 2) == 0, m, tl.sum(p, 0)))
+        else:  # every position masked off: no loads, the chunk's weight is exp(-inf) = 0 (o is not read)
+            tl.store(ml_ptr + base * 2 + tl.arange(0, 2), tl.where(tl.arange(0, 2) == 0, float("-inf"), 0.0))
     else:  # the query rows of every head sharing this KV head, on the matrix unit (padded to 16 rows)
         r = tl.arange(0, QROWS)
         g = gkv * REP + r
-        q = tl.load(q_ptr + g[:, None] * sq_g + d[None, :] * sq_d, mask=r[:, None] < REP, other=0.0)
-        s = tl.dot(q.to(k.dtype), tl.trans(k), input_precision="ieee")
-        s = _epilogue(s, mask_ptr, g[:, None] * smask_g + t[None, :] * smask_t, scale, SCORE_DT,
-                      SCALE_MODE, HAS_MASK, r[:, None] < REP)
-        m = tl.max(s, 1)
-        p = tl.exp(s - tl.where(m == float("-inf"), 0.0, m)[:, None])
-        o = tl.dot(p.to(v.dtype), v, input_precision="ieee")
         base = g * CHUNKS + c
-        tl.store(o_ptr + base[:, None] * D + d[None, :], o, mask=r[:, None] < REP)
         two = tl.arange(0, 2)
-        tl.store(ml_ptr + base[:, None] * 2 + two[None, :],
-                 tl.where(two[None, :] == 0, m[:, None], tl.sum(p, 1)[:, None]), mask=r[:, None] < REP)
+        add = tl.zeros([QROWS, BLOCK_T], tl.float32)
+        if HAS_MASK:
+            add = tl.load(mask_ptr + g[:, None] * smask_g + t[None, :] * smask_t, mask=r[:, None] < REP,
+                          other=float("-inf")).to(tl.float32)
+        if tl.max(tl.max(add, 1), 0) > float("-inf"):
+            k = tl.load(k_ptr + gkv * sk_g + t[:, None] * sk_t + d[None, :] * sk_d)
+            v = tl.load(v_ptr + gkv * sv_g + t[:, None] * sv_t + d[None, :] * sv_d)
+            q = tl.load(q_ptr + g[:, None] * sq_g + d[None, :] * sq_d, mask=r[:, None] < REP, other=0.0)
+            s = _epilogue(tl.dot(q.to(k.dtype), tl.trans(k), input_precision="ieee"), scale, SCORE_DT,
+                          SCALE_MODE) + tl.where(r[:, None] < REP, add, 0.0)
+            m = tl.max(s, 1)
+            p = tl.exp(s - tl.where(m == float("-inf"), 0.0, m)[:, None])
+            o = tl.dot(p.to(v.dtype), v, input_precision="ieee")
+            tl.store(o_ptr + base[:, None] * D + d[None, :], o, mask=r[:, None] < REP)
+            tl.store(ml_ptr + base[:, None] * 2 + two[None, :],
+                     tl.where(two[None, :] == 0, m[:, None], tl.sum(p, 1)[:, None]), mask=r[:, None] < REP)
+        else:
+            tl.store(ml_ptr + base[:, None] * 2 + two[None, :],
+                     tl.where(two[None, :] == 0, float("-inf"), 0.0) + tl.zeros([QROWS, 2], tl.float32),
+                     mask=r[:, None] < REP)
 
 
 @triton.jit
-def _epilogue(s, mask_ptr, mask_offsets, scale, SCORE_DT: tl.constexpr, SCALE_MODE: tl.constexpr,
-              HAS_MASK: tl.constexpr, rows=None):
-    """The graph's score epilogue on the fp32 dot products `s`: rounded to the bmm's dtype, scaled, masked."""
+def _epilogue(s, scale, SCORE_DT: tl.constexpr, SCALE_MODE: tl.constexpr):
+    """The graph's score epilogue on the fp32 dot products `s`: rounded to the bmm's dtype and scaled (the mask
+    is added by the caller)."""
     s = _round(s, SCORE_DT)
     if SCALE_MODE == 1:  # scaled in the bmm's dtype, then cast to fp32
         s = _round(s * scale, SCORE_DT)
     elif SCALE_MODE == 2:  # cast to fp32, then scaled
         s = s * scale
-    if HAS_MASK:
-        if rows is None:
-            s = s + tl.load(mask_ptr + mask_offsets).to(tl.float32)
-        else:
-            s = s + tl.load(mask_ptr + mask_offsets, mask=rows, other=0.0).to(tl.float32)
     return s
 
 
@@ -130,7 +156,8 @@ def _combine(o_ptr, ml_ptr, out_ptr, so_g, so_d, CHUNKS: tl.constexpr, D: tl.con
     m = tl.max(tl.where(two[None, :] == 0, ml, float("-inf")), 1)
     w = tl.exp(m - tl.max(m, 0))
     den = tl.sum(w * tl.sum(tl.where(two[None, :] == 1, ml, 0.0), 1), 0)
-    o = tl.sum(w[:, None] * tl.load(o_ptr + (g * CHUNKS + c[:, None]) * D + d[None, :]), 0) / den
+    o = tl.load(o_ptr + (g * CHUNKS + c[:, None]) * D + d[None, :])
+    o = tl.sum(tl.where(w[:, None] > 0, w[:, None] * o, 0.0), 0) / den  # a masked-off chunk's row is not written
     tl.store(out_ptr + g * so_g + d * so_d, o.to(out_ptr.dtype.element_ty))
 
 
@@ -384,7 +411,7 @@ def _replace(graph: torch.fx.Graph, mt: _Match) -> None:
                       scale=mt.scale,
                       CHUNKS=chunks, BLOCK_T=block_t, D=d, REP=mt.rep, SCORE_DT=_DTYPES[mt.score_dtype],
                       SCALE_MODE=mt.scale_mode, HAS_MASK=mt.mask is not None,
-                      QROWS=max(16, 1 << (mt.rep - 1).bit_length()))
+                      QROWS=max(16, 1 << (mt.rep - 1).bit_length()), PER_PU=-(-chunks * gkv // spec.num_pus))
         part = hop(_partial, (chunks, gkv, 1), tensors, consts, ["o_ptr", "ml_ptr"])
         out = empty(out_val)
         res = hop(_combine, (g, 1, 1), {"o_ptr": part["o_ptr"], "ml_ptr": part["ml_ptr"], "out_ptr": out},
@@ -392,6 +419,20 @@ def _replace(graph: torch.fx.Graph, mt: _Match) -> None:
     mt.pv.replace_all_uses_with(res["out_ptr"])
     _REWRITES.append(f"decode attention: {g} heads (rep {mt.rep}), {t} positions, head dim {d}, "
                      f"{chunks} chunks of {block_t} rows")
+
+
+def _realized(graph: torch.fx.Graph, mask: torch.fx.Node, shared: dict[torch.fx.Node, torch.fx.Node]) -> torch.fx.Node:
+    """The mask as one buffer that every layer's `_partial` reads: Inductor constrains a user-defined kernel's
+    inputs to their FX strides (`triton_kernel_default_layout_constraint`), which computes an unrealized pointwise
+    mask into a new buffer for each call; fixing its strides once, before the calls, makes one buffer (one kernel
+    per step instead of one per layer) without relaxing the constraint for users' own kernels."""
+    if mask not in shared:
+        val = _val(mask)
+        with graph.inserting_after(mask):
+            fixed = graph.call_function(prims.inductor_force_stride_order.default, (mask, list(val.stride())))
+        fixed.meta["val"] = val
+        shared[mask] = fixed
+    return shared[mask]
 
 
 class DecodeAttentionPass(CustomGraphPass):
@@ -409,7 +450,10 @@ class DecodeAttentionPass(CustomGraphPass):
                     mt = None
                 if mt is not None:
                     matches.append(mt)
+        shared: dict[torch.fx.Node, torch.fx.Node] = {}
         for mt in matches:
+            if mt.mask is not None:
+                mt.mask = _realized(graph, mt.mask, shared)
             _replace(graph, mt)
         if matches:
             graph.eliminate_dead_code()
