@@ -30,6 +30,7 @@ from .codegen_scalar import I1, I8, I64, compute_type, narrow_constant, storage_
 from .codegen_watchdog import tick as watchdog_tick
 from .ir import Func, Op, Ty, Value
 from .loop_cost import use_counts
+from .runtime_abi import declare
 from .scratchpad import ScratchpadPlan
 
 
@@ -160,7 +161,7 @@ class CodegenBase:
                 b.store(v, b.gep(self.ctx, [_i64(k)]))
             b.branch(self.err_exit)
 
-        watchdog_tick(self.b, self.fn, self.ctx, stop)
+        watchdog_tick(self.b, self.fn, self.ctx, declare(self.module, "watchdog"), stop)
 
     def fail_if(self, cond: ir.Value, status: int, site: int, arg_index: int, lo: ir.Value, hi: ir.Value) -> None:
         """If `cond`: record the error in ctx (status, site, argument, byte range, program) and return."""
@@ -233,10 +234,7 @@ class CodegenBase:
     def memcpy(self, dst: ir.Value, src: ir.Value, nbytes: ir.Value) -> None:
         b = self.b
         i8p = I8.as_pointer()
-        name = "llvm.memcpy.p0i8.p0i8.i64"
-        fn = self.module.globals.get(name) or ir.Function(
-            self.module, ir.FunctionType(ir.VoidType(), [i8p, i8p, I64, I1]), name)
-        b.call(fn, [b.bitcast(dst, i8p), b.bitcast(src, i8p), nbytes, ir.Constant(I1, 0)])
+        b.call(declare_memcpy(self.module), [b.bitcast(dst, i8p), b.bitcast(src, i8p), nbytes, ir.Constant(I1, 0)])
 
     def scalar(self, v: Value) -> ir.Value:
         return self.vals[id(v)]
@@ -354,6 +352,13 @@ def open_loop(b: ir.IRBuilder, fn: ir.Function, names: tuple[str, str, str], ini
         p.add_incoming(v, pre)
         values.append(p)
     return Loop(b, header, body, end, index, values, step)
+
+
+def declare_memcpy(module: ir.Module) -> ir.Function:
+    """LLVM's memcpy intrinsic (i8* dst, i8* src, i64 bytes, i1 volatile), declared in `module` once."""
+    name = "llvm.memcpy.p0i8.p0i8.i64"
+    i8p = I8.as_pointer()
+    return module.globals.get(name) or ir.Function(module, ir.FunctionType(ir.VoidType(), [i8p, i8p, I64, I1]), name)
 
 
 def open_counted(b: ir.IRBuilder, fn: ir.Function, count: ir.Value | int, start: ir.Value | int = 0) -> Loop:

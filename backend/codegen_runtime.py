@@ -1,7 +1,8 @@
-"""Out-of-line runtime helpers of a compiled kernel: the native grid loop that runs every program,
-the trace-record appender and the row copier of DMA descriptors. Each is emitted once per module and
-shared by every call site (and both kernel variants): the IR stays small, which is what LLVM's compile
-time scales with.
+"""Out-of-line runtime code of a compiled kernel: the native grid loop that runs every program (in the
+kernel's module), and the definitions of the runtime library's helpers (the trace-record appender, the
+row copier of DMA descriptors, the watchdog: `runtime_library`), which a kernel's module only declares.
+Out of line and shared by every call site (and both kernel variants), the IR stays small, which is what
+LLVM's compile time scales with.
 """
 
 from __future__ import annotations
@@ -22,13 +23,17 @@ from triton_nmp.abi import (
     TRACE_WORDS,
 )
 
-from .codegen_base import CodegenBase, _i64, for_range, if_unlikely
+from .codegen_base import CodegenBase, _i64, declare_memcpy, for_range, if_unlikely
 from .codegen_scalar import I1, I8, I64
+from .codegen_watchdog import define_watchdog
 from .codegen_watchdog import tick as watchdog_tick
+from .runtime_abi import COPY_ROWS_SIZES, declare, define
+
+I8P = I8.as_pointer()
 
 
 class RuntimeCodegen(CodegenBase):
-    """The helper functions every kernel module contains (see the module docstring)."""
+    """The grid loop of a kernel and its declarations of the runtime library (see the module docstring)."""
 
     def _build_grid(self, name: str) -> ir.Function:
         gty = ir.FunctionType(I64, [I64.as_pointer(), I64, I64, I64, I64.as_pointer()])
@@ -70,7 +75,8 @@ class RuntimeCodegen(CodegenBase):
                 okb = g.append_basic_block("ok")
                 b.cbranch(b.icmp_signed("!=", st, _i64(0)), fail, okb)
                 b.position_at_end(okb)
-                watchdog_tick(b, g, ctx, lambda bb, status: stop_grid(bb, status, idx))
+                watchdog_tick(b, g, ctx, declare(self.module, "watchdog"),
+                              lambda bb, status: stop_grid(bb, status, idx))
                 return
             with for_range(b, g, (gx, gy, gz)[level]) as i:
                 nest(level - 1, idx[:level] + [i] + idx[level + 1:])
@@ -87,109 +93,101 @@ class RuntimeCodegen(CodegenBase):
         return int(ops[0].attrs["bytes"]) if ops and ops[0].name == "nmp.spill_area" else 0
 
     def _trace_helper(self) -> ir.Function:
-        """`i64 nmp_trace(ctx, w0..w7)`: append a record if tracing is on, growing the buffer with realloc;
-        returns 1 when out of memory. Shared by every call site (and both kernel variants) to keep the IR
-        small, which is what LLVM's compile time scales with."""
-        fn = self.module.globals.get("nmp_trace")
-        if fn is not None:
-            return fn
-        fn = ir.Function(self.module, ir.FunctionType(I64, [I64.as_pointer()] + [I64] * TRACE_WORDS), "nmp_trace")
-        fn.linkage = "internal"
-        fn.attributes.add("noinline")
-        ctx, *words = fn.args
-        b = ir.IRBuilder(fn.append_basic_block("entry"))
-        on = b.icmp_signed("!=", b.load(b.gep(ctx, [_i64(CTX_TRACE_ON)])), _i64(0))
-        record = fn.append_basic_block("record")
-        done = fn.append_basic_block("done")
-        b.cbranch(on, record, done)
-        b.position_at_end(record)
-        lenp = b.gep(ctx, [_i64(CTX_TRACE_LEN)])
-        capp = b.gep(ctx, [_i64(CTX_TRACE_CAP)])
-        ptrp = b.gep(ctx, [_i64(CTX_TRACE_PTR)])
-        n = b.load(lenp)
-        grow = fn.append_basic_block("grow")
-        store = fn.append_basic_block("store")
-        oom = fn.append_basic_block("oom")
-        b.cbranch(b.icmp_signed(">=", n, b.load(capp)), grow, store)
-        b.position_at_end(grow)
-        cap = b.load(capp)
-        newcap = b.select(b.icmp_signed("<", cap, _i64(4096)), _i64(4096), b.mul(cap, _i64(2)))
-        # a kernel that never ends (a spin loop) must not eat the host's memory: stop at the cap
-        over = fn.append_basic_block("over")
-        alloc = fn.append_basic_block("alloc")
-        b.cbranch(b.icmp_signed(">", newcap, _i64(MAX_TRACE_RECORDS)), over, alloc)
-        ir.IRBuilder(over).ret(_i64(1))
-        b.position_at_end(alloc)
-        i8p = I8.as_pointer()
-        realloc = self.module.globals.get("realloc") or ir.Function(
-            self.module, ir.FunctionType(i8p, [i8p, I64]), "realloc")
-        new = b.ptrtoint(b.call(realloc, [b.inttoptr(b.load(ptrp), i8p), b.mul(newcap, _i64(TRACE_WORDS * 8))]),
-                         I64)
-        grown = fn.append_basic_block("grown")
-        b.cbranch(b.icmp_signed("==", new, _i64(0)), oom, grown)
-        b.position_at_end(grown)
-        b.store(new, ptrp)
-        b.store(newcap, capp)
-        b.branch(store)
-        b.position_at_end(store)
-        base = b.inttoptr(b.load(ptrp), I64.as_pointer())
-        rec = b.gep(base, [b.mul(n, _i64(TRACE_WORDS))])
-        for k, w in enumerate(words):
-            b.store(w, b.gep(rec, [_i64(k)]))
-        b.store(b.add(n, _i64(1)), lenp)
-        b.branch(done)
-        b.position_at_end(done)
-        b.ret(_i64(0))
-        ir.IRBuilder(oom).ret(_i64(1))
-        return fn
+        """The trace-record appender of the runtime library (`define_trace`)."""
+        return declare(self.module, "trace")
 
     def _copy_rows_helper(self, esize: int) -> ir.Function:
-        """`void nmp_copy_rows_<e>(i8* tile, i64 addr, i64 rows, i64 cols, i64 row_stride, i64 col_stride,
-        i64 tile_row_bytes, i1 to_tile)`: move `rows` x `cols` elements of `esize` bytes between global
-        memory and a row-major tile; contiguous rows use memcpy."""
-        name = f"nmp_copy_rows_{esize}"
-        fn = self.module.globals.get(name)
-        if fn is not None:
-            return fn
-        i8p = I8.as_pointer()
-        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [i8p, I64, I64, I64, I64, I64, I64, I1]), name)
-        fn.linkage = "internal"
-        fn.attributes.add("noinline")
-        tile, addr, rows, cols, rstride, cstride, trow, to_tile = fn.args
-        et = ir.IntType(esize * 8)
-        b = ir.IRBuilder(fn.append_basic_block("entry"))
-        saved_b, saved_fn = self.b, self.fn
-        self.b, self.fn = b, fn
-        try:
-            def row(r):
-                gaddr = b.add(addr, b.mul(r, rstride))
-                tp = b.gep(tile, [b.mul(r, trow)])
-                contiguous = b.icmp_signed("==", cstride, _i64(esize))
-                with b.if_else(contiguous) as (then, otherwise):
-                    with then:
-                        gp = b.inttoptr(gaddr, i8p)
-                        nbytes = b.mul(cols, _i64(esize))
-                        with b.if_else(to_tile) as (t1, t2):
-                            with t1:
-                                self.memcpy(tp, gp, nbytes)
-                            with t2:
-                                self.memcpy(gp, tp, nbytes)
-                    with otherwise:
-                        tpe = b.bitcast(tp, et.as_pointer())
+        """The row copier of the runtime library for elements of `esize` bytes (`define_copy_rows`)."""
+        return declare(self.module, f"copy_rows_{esize}")
 
-                        def elem(j):
-                            gp = b.inttoptr(b.add(gaddr, b.mul(j, cstride)), et.as_pointer())
-                            tq = b.gep(tpe, [j])
-                            with b.if_else(to_tile) as (t1, t2):
-                                with t1:
-                                    b.store(b.load(gp), tq)
-                                with t2:
-                                    b.store(b.load(tq), gp)
 
-                        self.loop(cols, elem)
+# -- the runtime library's definitions (`runtime_library`: compiled once per process, not per kernel) --
 
-            self.loop(rows, row)
-            b.ret_void()
-        finally:
-            self.b, self.fn = saved_b, saved_fn
-        return fn
+def build_library(module: ir.Module) -> None:
+    """Define every helper of the runtime library in `module`."""
+    define_trace(module)
+    for e in COPY_ROWS_SIZES:
+        define_copy_rows(module, e)
+    define_watchdog(module, define(module, "watchdog"))
+
+
+def define_trace(module: ir.Module) -> None:
+    """`i64 trace(ctx, w0..w7)`: append a record if tracing is on, growing the buffer with realloc (up to
+    MAX_TRACE_RECORDS); returns 1 when out of memory or over the cap."""
+    fn = define(module, "trace")
+    ctx, *words = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    on = b.icmp_signed("!=", b.load(b.gep(ctx, [_i64(CTX_TRACE_ON)])), _i64(0))
+    record = fn.append_basic_block("record")
+    done = fn.append_basic_block("done")
+    b.cbranch(on, record, done)
+    b.position_at_end(record)
+    lenp = b.gep(ctx, [_i64(CTX_TRACE_LEN)])
+    capp = b.gep(ctx, [_i64(CTX_TRACE_CAP)])
+    ptrp = b.gep(ctx, [_i64(CTX_TRACE_PTR)])
+    n = b.load(lenp)
+    grow = fn.append_basic_block("grow")
+    store = fn.append_basic_block("store")
+    oom = fn.append_basic_block("oom")
+    b.cbranch(b.icmp_signed(">=", n, b.load(capp)), grow, store)
+    b.position_at_end(grow)
+    cap = b.load(capp)
+    newcap = b.select(b.icmp_signed("<", cap, _i64(4096)), _i64(4096), b.mul(cap, _i64(2)))
+    # a kernel that never ends (a spin loop) must not eat the host's memory: stop at the cap
+    over = fn.append_basic_block("over")
+    alloc = fn.append_basic_block("alloc")
+    b.cbranch(b.icmp_signed(">", newcap, _i64(MAX_TRACE_RECORDS)), over, alloc)
+    ir.IRBuilder(over).ret(_i64(1))
+    b.position_at_end(alloc)
+    realloc = ir.Function(module, ir.FunctionType(I8P, [I8P, I64]), "realloc")
+    new = b.ptrtoint(b.call(realloc, [b.inttoptr(b.load(ptrp), I8P), b.mul(newcap, _i64(TRACE_WORDS * 8))]), I64)
+    grown = fn.append_basic_block("grown")
+    b.cbranch(b.icmp_signed("==", new, _i64(0)), oom, grown)
+    b.position_at_end(grown)
+    b.store(new, ptrp)
+    b.store(newcap, capp)
+    b.branch(store)
+    b.position_at_end(store)
+    base = b.inttoptr(b.load(ptrp), I64.as_pointer())
+    rec = b.gep(base, [b.mul(n, _i64(TRACE_WORDS))])
+    for k, w in enumerate(words):
+        b.store(w, b.gep(rec, [_i64(k)]))
+    b.store(b.add(n, _i64(1)), lenp)
+    b.branch(done)
+    b.position_at_end(done)
+    b.ret(_i64(0))
+    ir.IRBuilder(oom).ret(_i64(1))
+
+
+def define_copy_rows(module: ir.Module, esize: int) -> None:
+    """`void copy_rows_<e>(i8* tile, i64 addr, i64 rows, i64 cols, i64 row_stride, i64 col_stride,
+    i64 tile_row_bytes, i1 to_tile)`: move `rows` x `cols` elements of `esize` bytes between global
+    memory and a row-major tile; contiguous rows use memcpy."""
+    fn = define(module, f"copy_rows_{esize}")
+    tile, addr, rows, cols, rstride, cstride, trow, to_tile = fn.args
+    et = ir.IntType(esize * 8)
+    memcpy = declare_memcpy(module)
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    with for_range(b, fn, rows) as r:
+        gaddr = b.add(addr, b.mul(r, rstride))
+        tp = b.gep(tile, [b.mul(r, trow)])
+        with b.if_else(b.icmp_signed("==", cstride, _i64(esize))) as (contiguous, strided):
+            with contiguous:
+                gp = b.inttoptr(gaddr, I8P)
+                nbytes = b.mul(cols, _i64(esize))
+                with b.if_else(to_tile) as (t1, t2):
+                    with t1:
+                        b.call(memcpy, [tp, gp, nbytes, ir.Constant(I1, 0)])
+                    with t2:
+                        b.call(memcpy, [gp, tp, nbytes, ir.Constant(I1, 0)])
+            with strided:
+                tpe = b.bitcast(tp, et.as_pointer())
+                with for_range(b, fn, cols) as j:
+                    gp = b.inttoptr(b.add(gaddr, b.mul(j, cstride)), et.as_pointer())
+                    tq = b.gep(tpe, [j])
+                    with b.if_else(to_tile) as (t1, t2):
+                        with t1:
+                            b.store(b.load(gp), tq)
+                        with t2:
+                            b.store(b.load(tq), gp)
+    b.ret_void()

@@ -1,4 +1,5 @@
-"""Watchdog checks in generated code: the back-edge tick and the `nmp_watchdog` helper it calls.
+"""Watchdog checks in generated code: the back-edge tick and the body of the runtime library's
+`watchdog` helper it calls (`runtime_library`).
 
 Contract: `simulator/watchdog.py` (the words of the context block, the limits, how a stop is
 reported). Here: `tick()` costs a load, a decrement, a store and a not-taken branch per loop
@@ -38,7 +39,6 @@ from triton_nmp.abi import (
 I32, I64, F64 = ir.IntType(32), ir.IntType(64), ir.DoubleType()
 I8P = ir.IntType(8).as_pointer()
 CLOCK_MONOTONIC = 1  # Linux; Python's time.monotonic_ns() reads the same clock
-HELPER_NAME = "nmp_watchdog"
 
 
 def _i64(v: int) -> ir.Constant:
@@ -54,15 +54,9 @@ def _declare(module: ir.Module, name: str, ret: ir.Type, args: list[ir.Type]) ->
     return existing if existing is not None else ir.Function(module, ir.FunctionType(ret, args), name)
 
 
-def watchdog_helper(module: ir.Module) -> ir.Function:
-    """`i64 nmp_watchdog(i64* ctx)`: 0 to go on, else the status that stops the launch (defined once)."""
-    existing = module.globals.get(HELPER_NAME)
-    if existing is not None:
-        return existing
-    fn = ir.Function(module, ir.FunctionType(I64, [I64.as_pointer()]), HELPER_NAME)
-    fn.linkage = "internal"
-    fn.attributes.add("noinline")
-    fn.attributes.add("cold")
+def define_watchdog(module: ir.Module, fn: ir.Function) -> None:
+    """The body of `i64 watchdog(i64* ctx)` (a runtime-library helper): 0 to go on, else the status that
+    stops the launch."""
     (ctx,) = fn.args
     b = ir.IRBuilder(fn.append_basic_block("entry"))
 
@@ -128,16 +122,16 @@ def watchdog_helper(module: ir.Module) -> ir.Function:
     stop_if(raised, STATUS_INTERRUPTED)
     b.branch(done)
     ir.IRBuilder(done).ret(_i64(0))
-    return fn
 
 
-def tick(b: ir.IRBuilder, fn: ir.Function, ctx: ir.Value, on_stop: Callable[[ir.IRBuilder, ir.Value], None]) -> None:
-    """Count one loop iteration (or program); on every WATCHDOG_TICKS-th call the helper decides.
+def tick(b: ir.IRBuilder, fn: ir.Function, ctx: ir.Value, helper: ir.Function,
+         on_stop: Callable[[ir.IRBuilder, ir.Value], None]) -> None:
+    """Count one loop iteration (or program); on every WATCHDOG_TICKS-th call `helper` (the runtime
+    library's watchdog, declared in the kernel's module) decides.
 
     `on_stop(builder, status)` emits the exit path for a non-zero status (it must terminate its
     block); the builder continues after the check.
     """
-    helper = watchdog_helper(b.module)
     slot = _word(b, ctx, CTX_WD_TICKS)
     left = b.sub(b.load(slot), _i64(1))
     b.store(left, slot)

@@ -8,12 +8,10 @@ text lands in `compiled.asm[...]`, in Triton's cache and in TRITON_KERNEL_DUMP d
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import os
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -23,23 +21,18 @@ from triton.backends.compiler import BaseBackend, GPUTarget, Language
 from triton_nmp.abi import PU_MAPPINGS
 from triton_nmp.errors import NMPCompilationError
 from triton_nmp.footprint import register_kernel
-from triton_nmp.source_hash import files_hash
 from triton_nmp.target import TargetSpec, spec_for_arch
 
-from . import llvm_target
+from . import (
+    llvm_target,
+    runtime_library,  # noqa: F401  (registers the kernels' runtime library with the loader)
+)
 from .codegen import generate_llvm
 from .nmpir import print_module
 from .pipeline import PassContext, compile_ttir
 from .scratchpad import ScratchpadPlan
-
-VERSION = "0.1.0"
-
-
-@functools.lru_cache(None)
-def _source_hash() -> str:
-    """Hash of the compiler's own sources: any change invalidates cached binaries."""
-    return files_hash(VERSION, Path(__file__).parent)
-
+from .version import VERSION
+from .version import source_hash as _source_hash
 
 FOREIGN_OPTIONS = ("matrix_instr_nonkdim", "waves_per_eu", "kpack", "maxnreg")
 _warned: set[str] = set()

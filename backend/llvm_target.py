@@ -262,12 +262,23 @@ def _ir_key(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def _opt_level() -> int:
+    return int(os.environ.get("TRITON_NMP_OPT_LEVEL", "1"))
+
+
+def compile_trusted(llvm_ir: str) -> bytes:
+    """The object of IR the backend itself fixes (the runtime library, covered by the tests), optimised
+    like a kernel but in this process, one LLVM call at a time: no worker to start for it."""
+    with _lock:
+        return llvm_worker.optimize_and_emit(llvm_ir, cpu_name(), _opt_level(), True)[1]
+
+
 def optimize(llvm_ir: str, kernel: str) -> str:
     """Verify and optimise (O1 with loop and SLP vectorisation); returns the optimised IR text.
 
     The object code is emitted at the same time and kept for `emit_object` of the same text.
     """
-    cpu, opt = cpu_name(), int(os.environ.get("TRITON_NMP_OPT_LEVEL", "1"))
+    cpu, opt = cpu_name(), _opt_level()
     try:
         text, obj = _run(("optimize", llvm_ir, cpu, opt, True), kernel)
     except WorkerFailed as first:

@@ -4,7 +4,9 @@ The compiler emits a host ELF relocatable object (llvmlite `TargetMachine.emit_o
 loaded with MCJIT (`add_object_file`), so a cached binary runs without re-optimising. Before the
 object is handed to LLVM we check it ourselves: RuntimeDyld silently resolves an unknown external
 symbol to address 0 and a call through it kills the process, and it does not validate foreign or
-truncated files either. Both become an `NMPLoadError` here instead.
+truncated files either. Both become an `NMPLoadError` here instead. Code that every object would
+otherwise carry lives in libraries (`register_library`: the compiler's runtime library), loaded once
+per process before the first object that calls them.
 
 Thread safety: loading, symbol lookup and unloading hold one lock. Triton lets two threads initialise
 the same compiled kernel at once (`CompiledKernel._init_handles` is not locked), and two compiled
@@ -21,6 +23,7 @@ import platform
 import struct
 import threading
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import llvmlite.binding as llvm
@@ -205,6 +208,7 @@ def load_object(data: bytes, name: str = "") -> LoadedObject:
     """
     data = bytes(data)
     syms = elf_symbols(data)
+    _load_libraries(syms)  # outside our lock: a library loads through load_object
     content_key = (name, hashlib.sha256(data).hexdigest())
     with _lock:
         shared = _by_content.get(content_key)
@@ -220,7 +224,9 @@ def load_object(data: bytes, name: str = "") -> LoadedObject:
             engine.close()
             raise NMPLoadError(
                 f"the object of kernel '{name}' calls external symbols that do not exist in this process: "
-                f"{missing}; only libc, libm, compiler-runtime (libgcc_s) and Python C-API functions can be called"
+                f"{missing}; only libc, libm, compiler-runtime (libgcc_s), Python C-API functions and this version's "
+                f"runtime library (nmp_rt_*: an object compiled by another version of triton-nmp calls other names) "
+                f"can be called"
             )
         try:
             engine.add_object_file(llvm.ObjectFileRef.from_data(data))
@@ -235,6 +241,34 @@ def load_object(data: bytes, name: str = "") -> LoadedObject:
             _by_address[obj.key_address] = obj
         _by_content[content_key] = obj
     return obj
+
+
+# ---------------------------------------------------------------------------------------------
+# Libraries: code objects call instead of carrying it (the compiler's runtime library)
+
+_libraries: dict[str, Callable[[], bytes]] = {}  # symbol prefix -> builds the library's object
+_loaded_libraries: dict[str, LoadedObject] = {}  # kept for the life of the process
+_library_lock = threading.Lock()
+
+
+def register_library(prefix: str, build: Callable[[], bytes]) -> None:
+    """Objects may call functions named `prefix...` that `build()`'s object defines: it is built and
+    loaded once, before the first object that calls one of them, and its functions stay resolvable for
+    every later load in this process."""
+    _libraries[prefix] = build
+
+
+def _load_libraries(syms: ElfSymbols) -> None:
+    for prefix, build in _libraries.items():
+        if prefix in _loaded_libraries or not any(s.startswith(prefix) for s in syms.undefined):
+            continue
+        with _library_lock:
+            if prefix in _loaded_libraries:
+                continue
+            lib = load_object(build(), f"library {prefix}*")
+            for fn in lib.symbols.functions:
+                llvm.add_symbol(fn, lib.address(fn))
+            _loaded_libraries[prefix] = lib
 
 
 def object_for_address(address: int) -> LoadedObject | None:
