@@ -166,10 +166,9 @@ class CodegenBase:
     def fail_if(self, cond: ir.Value, status: int, site: int, arg_index: int, lo: ir.Value, hi: ir.Value) -> None:
         """If `cond`: record the error in ctx (status, site, argument, byte range, program) and return."""
         b = self.b
-        with if_unlikely(b, self.fn, cond):
-            vals = [_i64(status), _i64(site), _i64(arg_index), lo, hi, *self.pids]
-            for k, v in enumerate(vals):
-                b.store(v, b.gep(self.ctx, [_i64(k)]))
+        with if_unlikely(b, self.fn, cond):  # one call, not 8 stores: the IR stays small (compile time)
+            b.call(declare(self.module, "fail"), [self.ctx, _i64(status), _i64(site), _i64(arg_index), lo, hi,
+                                                 *self.pids])
             b.branch(self.err_exit)
 
     def _elem_check(self, op: Op, root: Value, addr: ir.Value, esize: int, site: int) -> None:

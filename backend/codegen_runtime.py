@@ -106,6 +106,7 @@ class RuntimeCodegen(CodegenBase):
 def build_library(module: ir.Module) -> None:
     """Define every helper of the runtime library in `module`."""
     define_trace(module)
+    define_fail(module)
     for e in COPY_ROWS_SIZES:
         define_copy_rows(module, e)
     define_watchdog(module, define(module, "watchdog"))
@@ -157,6 +158,17 @@ def define_trace(module: ir.Module) -> None:
     b.position_at_end(done)
     b.ret(_i64(0))
     ir.IRBuilder(oom).ret(_i64(1))
+
+
+def define_fail(module: ir.Module) -> None:
+    """`void fail(ctx, status, site, argument, lo, hi, px, py, pz)`: record a failed check in the context
+    block's error words (`abi.CTX_STATUS`...: status, site, argument index, byte range, program id)."""
+    fn = define(module, "fail")
+    ctx, *words = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    for k, w in enumerate(words):
+        b.store(w, b.gep(ctx, [_i64(k)]))
+    b.ret_void()
 
 
 def define_copy_rows(module: ir.Module, esize: int) -> None:

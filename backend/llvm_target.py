@@ -262,7 +262,8 @@ def _ir_key(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _opt_level() -> int:
+def opt_level() -> int:
+    """LLVM's optimisation level for kernels (TRITON_NMP_OPT_LEVEL, default 1)."""
     return int(os.environ.get("TRITON_NMP_OPT_LEVEL", "1"))
 
 
@@ -270,7 +271,7 @@ def compile_trusted(llvm_ir: str) -> bytes:
     """The object of IR the backend itself fixes (the runtime library, covered by the tests), optimised
     like a kernel but in this process, one LLVM call at a time: no worker to start for it."""
     with _lock:
-        return llvm_worker.optimize_and_emit(llvm_ir, cpu_name(), _opt_level(), True)[1]
+        return llvm_worker.optimize_and_emit(llvm_ir, cpu_name(), opt_level(), True)[1]
 
 
 def optimize(llvm_ir: str, kernel: str) -> str:
@@ -278,7 +279,7 @@ def optimize(llvm_ir: str, kernel: str) -> str:
 
     The object code is emitted at the same time and kept for `emit_object` of the same text.
     """
-    cpu, opt = cpu_name(), _opt_level()
+    cpu, opt = cpu_name(), opt_level()
     try:
         text, obj = _run(("optimize", llvm_ir, cpu, opt, True), kernel)
     except WorkerFailed as first:

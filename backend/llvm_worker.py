@@ -19,6 +19,7 @@ Why spawned rather than forked: forking a multi-threaded parent can copy a lock 
 
 from __future__ import annotations
 
+import functools
 import os
 import pickle
 import select
@@ -34,8 +35,11 @@ llvm.initialize_native_asmprinter()
 llvm.initialize_native_asmparser()
 
 
+@functools.lru_cache(None)
 def target_machine(cpu: str) -> llvm.TargetMachine:
-    """The host target machine for `cpu` (an LLVM CPU name; host features only for the host's own CPU)."""
+    """The host target machine for `cpu` (an LLVM CPU name; host features only for the host's own CPU).
+    Made once per CPU name (~1 ms each): a worker serves one request at a time, and in process every
+    LLVM call holds `llvm_target`'s lock."""
     target = llvm.Target.from_default_triple()
     features = llvm.get_host_cpu_features().flatten() if cpu == llvm.get_host_cpu_name() else ""
     return target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="pic", codemodel="default")

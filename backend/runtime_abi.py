@@ -24,10 +24,12 @@ _I8P = I8.as_pointer()
 TYPES: dict[str, ir.FunctionType] = {
     "trace": ir.FunctionType(I64, [I64.as_pointer()] + [I64] * TRACE_WORDS),
     "watchdog": ir.FunctionType(I64, [I64.as_pointer()]),
+    "fail": ir.FunctionType(ir.VoidType(), [I64.as_pointer()] + [I64] * 8),
     **{f"copy_rows_{e}": ir.FunctionType(ir.VoidType(), [_I8P, I64, I64, I64, I64, I64, I64, I1])
        for e in COPY_ROWS_SIZES},
 }
-_ATTRS: dict[str, tuple[str, ...]] = {"watchdog": ("cold",)}  # a call reached every WATCHDOG_TICKS ticks
+# called on every WATCHDOG_TICKS-th tick / when a check fails
+_ATTRS: dict[str, tuple[str, ...]] = {"watchdog": ("cold",), "fail": ("cold",)}
 
 
 @functools.lru_cache(None)

@@ -1,8 +1,9 @@
 """The runtime library of compiled kernels: the helpers every kernel calls out of line, compiled once
 per process instead of once in every kernel's module.
 
-The helpers: `trace` (append a trace record, growing the buffer), `copy_rows_<1|2|4|8>` (move the rows
-of a DMA descriptor between global memory and a tile) and `watchdog` (`codegen_watchdog`). They are the
+The helpers: `trace` (append a trace record, growing the buffer), `fail` (record a failed check),
+`copy_rows_<1|2|4|8>` (move the rows of a DMA descriptor between global memory and a tile) and
+`watchdog` (`codegen_watchdog`); their definitions are built in `codegen_runtime`. They are the
 same in every kernel; defined in each module they were about a third of a small kernel's LLVM IR and
 ~10 ms of LLVM's optimisation and object emission per kernel (benchmarks/README.md, compile time).
 Kernels declare them under versioned names (`runtime_abi`).
@@ -10,12 +11,16 @@ Kernels declare them under versioned names (`runtime_abi`).
 Contract: importing this module (the compiler does) registers the library with `simulator.loader`,
 which, before it loads the first object that refers to `nmp_rt_` symbols, calls `compile_library()`
 once in this process, keeps the library's code for the life of the process and makes its symbols
-resolvable for every object loaded afterwards. The library is compiled in process (its IR is fixed and
-covered by the tests, so it needs no LLVM worker's crash guard): ~30 ms once per process that loads
-kernels, never part of a kernel's compile.
+resolvable for every object loaded afterwards. Its object is kept in Triton's cache (keyed by version,
+host CPU and optimisation level); without one it is compiled in process (its IR is fixed and covered by
+the tests, so it needs no LLVM worker's crash guard), ~30 ms once, never part of a kernel's compile.
 """
 
 from __future__ import annotations
+
+import hashlib
+import warnings
+from pathlib import Path
 
 from llvmlite import ir
 
@@ -23,7 +28,9 @@ from triton_nmp.simulator import loader
 
 from . import llvm_target
 from .codegen_runtime import build_library
-from .runtime_abi import PREFIX
+from .runtime_abi import PREFIX, symbol
+
+_FILE = "nmp_runtime.o"
 
 
 def library_ir() -> str:
@@ -35,8 +42,20 @@ def library_ir() -> str:
 
 
 def compile_library() -> bytes:
-    """The library's object code for this host."""
-    return llvm_target.compile_trusted(library_ir())
+    """The library's object code for this host: from Triton's cache, else compiled now and stored there."""
+    from triton.runtime.cache import get_cache_manager
+
+    key = f"{symbol('trace')}-{llvm_target.cpu_name()}-{llvm_target.host_fingerprint()}-{llvm_target.opt_level()}"
+    cache = get_cache_manager(hashlib.sha256(key.encode()).hexdigest())
+    path = cache.get_file(_FILE)
+    if path is not None:
+        return Path(path).read_bytes()
+    obj = llvm_target.compile_trusted(library_ir())
+    try:
+        cache.put(obj, _FILE, binary=True)
+    except OSError as e:
+        warnings.warn(f"triton-nmp: cannot store the runtime library in Triton's cache ({e})", stacklevel=2)
+    return obj
 
 
 loader.register_library(PREFIX, compile_library)

@@ -22,7 +22,7 @@ def test_kernels_declare_the_helpers_and_run_through_the_library():
     k = pk.copy_kernel[(3,)](x, y, 3000, BLOCK=1024)  # masked last block: copy_rows, trace, watchdog
     assert torch.equal(y, x)
     llir = k.asm["llir"]
-    for name in ("trace", "watchdog", "copy_rows_4"):
+    for name in ("trace", "fail", "watchdog", "copy_rows_4"):
         sym = runtime_abi.symbol(name)
         assert re.search(rf"^declare [^\n]*@{sym}\(", llir, re.M), name
         assert not re.search(rf"^define [^\n]*@{sym}\(", llir, re.M), name
@@ -37,7 +37,8 @@ def test_the_library_verifies_and_defines_every_helper():
     mod.verify()
     defined = {f.name for f in mod.functions if not f.is_declaration}
     assert defined == {runtime_abi.symbol(n) for n in runtime_abi.TYPES}
-    assert {"trace", "watchdog", "copy_rows_1", "copy_rows_2", "copy_rows_4", "copy_rows_8"} == set(runtime_abi.TYPES)
+    assert set(runtime_abi.TYPES) == {"trace", "fail", "watchdog", "copy_rows_1", "copy_rows_2", "copy_rows_4",
+                                      "copy_rows_8"}
 
 
 OTHER_VERSION_IR = r"""
@@ -57,3 +58,15 @@ def test_an_object_of_another_version_is_refused_by_name():
     data = llvm.Target.from_default_triple().create_target_machine().emit_object(mod)
     with pytest.raises(loader.NMPLoadError, match=r"nmp_rt_trace_000000000000.*another version of triton-nmp"):
         loader.load_object(data, "old_kernel")
+
+
+def test_the_library_object_is_compiled_once_then_read_from_tritons_cache(tmp_path, monkeypatch):
+    from triton import knobs
+
+    from triton_nmp.backend import llvm_target
+
+    monkeypatch.setattr(knobs.cache, "dir", str(tmp_path))
+    first = runtime_library.compile_library()  # an empty cache: compiled now, and stored
+    assert loader.elf_symbols(first).functions
+    monkeypatch.setattr(llvm_target, "compile_trusted", lambda ir: pytest.fail("compiled again"))
+    assert runtime_library.compile_library() == first
