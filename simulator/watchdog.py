@@ -2,7 +2,7 @@
 
 Contract with the compiled code (words of the context block, `triton_nmp.abi`): every loop back-edge
 (`scf.for`, `scf.while`) and every program of the grid loop decrements `ctx[CTX_WD_TICKS]`; when it
-reaches zero the kernel calls its `nmp_watchdog` helper, which refills the ticks
+reaches zero the kernel calls the runtime library's `watchdog` helper, which refills the ticks
 (WATCHDOG_TICKS), adds them to `ctx[CTX_WD_ITERS]` and returns a non-zero status to stop the launch when
 
 * `ctx[CTX_WD_STOP]` is set (another thread asked the launch to stop),
