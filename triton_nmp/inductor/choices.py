@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +60,7 @@ class GemmSelection:
     legal: int
     kept: list[dict[str, int]] = field(default_factory=list)
     estimates_us: list[float] = field(default_factory=list)
+    kept_templates: list[str] = field(default_factory=list)  # "mm" (Inductor's) or "nmp_gemv" (`gemv`), per kept
 
 
 _SELECTIONS: list[GemmSelection] = []
@@ -69,13 +70,14 @@ def gemm_selections() -> list[GemmSelection]:
     return list(_SELECTIONS)
 
 
-_PINNED: list[gemm.Tile] = []
+_PINNED: list[gemm.Tile | gemm.GemvTile] = []
 
 
 @contextlib.contextmanager
-def pinned_tile(tile: gemm.Tile) -> Iterator[None]:
-    """Matmuls compiled inside the context use `tile` where it is one of their legal candidates (the
-    others keep the model's pick). Part of Inductor's cache key (`NMPChoices.uuid`)."""
+def pinned_tile(tile: gemm.Tile | gemm.GemvTile) -> Iterator[None]:
+    """Matmuls compiled inside the context use `tile` (an mm template tile, or a one-row template tile) where it
+    is one of their legal candidates (the others keep the model's pick). Part of Inductor's cache key
+    (`NMPChoices.uuid`)."""
     _PINNED.append(tile)
     try:
         yield
@@ -133,6 +135,19 @@ def _gemm_templates() -> tuple[str, ...]:
     return (mm_template.uid, bmm_template.uid)
 
 
+def _batch(kernel_inputs: Any) -> int:
+    try:
+        return int(kernel_inputs.batch_hinted())
+    except (AttributeError, TypeError, ValueError):
+        return 1
+
+
+def _tile_kwargs(t: gemm.Tile | gemm.GemvTile) -> dict[str, int]:
+    if isinstance(t, gemm.GemvTile):
+        return dict(BLOCK_N=t.block_n, BLOCK_K=t.block_k, num_stages=t.num_stages, SHARE=t.share)
+    return dict(BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_K=t.block_k, num_stages=t.num_stages)
+
+
 class NMPChoices(InductorChoices):
     """Inductor heuristics for nmp targets."""
 
@@ -145,7 +160,24 @@ class NMPChoices(InductorChoices):
         split = ":rsplit" if split_enabled() else ""
         return f"triton-nmp:{sources_hash()[:16]}:{active_target().hash()[:16]}:{default_policy()}{pin}{split}"
 
+    def get_template_configs(self, kernel_inputs: Any, templates: list, op_name: str,
+                             kwarg_overrides: Any = None) -> list:
+        """Inductor's templates plus, for a one-row mm/addmm that may use the mm template, the one-row template
+        (`gemv.gemv_template`); `_select_gemm` ranks them together."""
+        from torch._inductor.kernel.mm import mm_template
+
+        from .gemv import applies, gemv_template
+
+        if (kernel_inputs.device_type == "cpu" and any(t is mm_template for t in templates)
+                and applies(op_name, kernel_inputs.mnk_hinted()[0], _batch(kernel_inputs))):
+            templates = [*templates, gemv_template]
+        return super().get_template_configs(kernel_inputs, templates, op_name, kwarg_overrides)
+
     def get_ktc(self, kernel_inputs: Any, template: Any, op_name: str, kwarg_overrides: Any = None):
+        from .gemv import gemv_template
+
+        if template is gemv_template:
+            return self._gemv_ktcs(kernel_inputs, op_name, kwarg_overrides)
         if kernel_inputs.device_type == "cpu" and op_name in _GEMM_OPS and template.uid in _gemm_templates():
             heuristic = _gemm_heuristic(template.uid, op_name)
             if heuristic is not None:
@@ -161,16 +193,48 @@ class NMPChoices(InductorChoices):
                 )
         return super().get_ktc(kernel_inputs, template, op_name, kwarg_overrides)
 
+    def _gemv_ktcs(self, kernel_inputs: Any, op_name: str, kwarg_overrides: Any = None) -> Iterator[Any]:
+        """The one-row template's choices: the mm template's per-op arguments (epilogue, prefix arguments,
+        accumulator type) with `gemm.gemv_candidates` tiles."""
+        import sympy
+        from torch._inductor.kernel.mm import mm_template
+        from torch._inductor.kernel_template_choice import make_ktc_generator
+        from torch._inductor.template_heuristics.params import DictKernelTemplateParams
+
+        from .gemv import gemv_template
+
+        heuristic = _gemm_heuristic(mm_template.uid, op_name)
+        base = next(iter(heuristic.get_template_configs(kernel_inputs, op_name)), None)
+        if base is None:
+            return iter(())
+        common = {key: v for key, v in base.to_kwargs().items()
+                  if key not in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "EVEN_K", "num_stages")}
+        _, n, k = kernel_inputs.mnk_hinted()
+        k_sym = kernel_inputs.mnk_symbolic()[2]
+        size = kernel_inputs.dtype().itemsize
+        tiles = gemm.gemv_candidates(n, k, size, size, active_target())
+        params = (DictKernelTemplateParams({
+            **common, "BLOCK_N": t.block_n, "BLOCK_K": t.block_k, "SHARE": t.share, "num_stages": t.num_stages,
+            "EVEN_K": V.graph.sizevars.statically_known_true(sympy.Eq(sympy.Mod(k_sym, t.block_k), 0))})
+            for t in tiles)
+        return make_ktc_generator(template=gemv_template, cs=params,
+                                  extra_kwargs=heuristic.get_extra_kwargs(kernel_inputs, op_name),
+                                  overrides=kwarg_overrides or {}, layout=kernel_inputs.output_layout(),
+                                  inputs=heuristic.adjust_kernel_inputs(kernel_inputs, op_name))
+
     def _finalize_template_configs(self, template_choices: dict, kernel_inputs: Any, templates: list,
                                    op_name: str, kwarg_overrides: Any = None) -> list:
         choices = super()._finalize_template_configs(template_choices, kernel_inputs, templates, op_name,
                                                      kwarg_overrides)
         if op_name not in _GEMM_OPS or kernel_inputs.device_type != "cpu":
             return choices
-        ours = [c for c in choices if c.template.uid in _gemm_templates()]
+        from .gemv import gemv_template
+
+        mine = (*_gemm_templates(), gemv_template.uid)
+        ours = [c for c in choices if c.template.uid in mine]
         if not ours:
             return choices
-        others = [c for c in choices if c.template.uid not in _gemm_templates()]
+        others = [c for c in choices if c.template.uid not in mine]
         return self._select_gemm(ours, kernel_inputs, op_name) + others
 
     def _select_gemm(self, ktcs: list, kernel_inputs: Any, op_name: str) -> list:
@@ -181,18 +245,24 @@ class NMPChoices(InductorChoices):
         size = dtype.itemsize
         dname = _DTYPE_NAMES.get(str(dtype), "fp32")
 
-        def tile(ktc: Any) -> gemm.Tile:
-            kw = ktc.params.to_kwargs()
-            return gemm.Tile(kw["BLOCK_M"], kw["BLOCK_N"], kw["BLOCK_K"], kw["num_stages"], kw.get("GROUP_M", 8))
-
         from triton_nmp.placement import default_policy
+
+        from .gemv import gemv_template
 
         b_columns = _column_major(kernel_inputs.nodes()[-1])
         auto = default_policy() == "auto"
-        scored = sorted(((gemm.estimate(tile(c), m, n, k, batch, size, size, dname, spec, b_columns, auto), tile(c), i)
-                         for i, c in enumerate(ktcs)), key=lambda e: (e[0], e[1]))
-        if batch == 1:
-            scored = gemm.widen_gemv(scored, m, spec)
+
+        def scored_choice(i: int, ktc: Any) -> tuple[float, gemm.Tile | gemm.GemvTile, int]:
+            kw = ktc.params.to_kwargs()
+            if ktc.template.uid == gemv_template.uid:
+                g = gemm.GemvTile(kw["BLOCK_N"], kw["BLOCK_K"], kw["num_stages"], kw["SHARE"])
+                return gemm.estimate_gemv(g, n, k, size, size, dname, spec, b_columns, auto), g, i
+            t = gemm.Tile(kw["BLOCK_M"], kw["BLOCK_N"], kw["BLOCK_K"], kw["num_stages"], kw.get("GROUP_M", 8))
+            return gemm.estimate(t, m, n, k, batch, size, size, dname, spec, b_columns, auto), t, i
+
+        # ties: the mm template first (the one-row template must be faster to win), then smaller tiles
+        scored = sorted((scored_choice(i, c) for i, c in enumerate(ktcs)),
+                        key=lambda e: (e[0], isinstance(e[1], gemm.GemvTile), astuple(e[1])))
         if inductor_config.max_autotune_gemm_search_space == "EXHAUSTIVE":
             keep = len(scored)  # simulate every legal candidate (to check the model's choice)
         elif inductor_config.max_autotune:
@@ -204,9 +274,8 @@ class NMPChoices(InductorChoices):
             kept = [e for e in scored if e[1] == _PINNED[-1]] or kept
         _SELECTIONS.append(GemmSelection(
             op_name, m, n, k, batch, dname, len(scored),
-            [dict(BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_K=t.block_k, num_stages=t.num_stages)
-             for _, t, _ in kept],
-            [s * 1e6 for s, _, _ in kept]))
+            [_tile_kwargs(t) for _, t, _ in kept], [s * 1e6 for s, _, _ in kept],
+            ["nmp_gemv" if isinstance(t, gemm.GemvTile) else "mm" for _, t, _ in kept]))
         return [ktcs[i] for _, _, i in kept]
 
     @staticmethod

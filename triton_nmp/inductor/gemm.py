@@ -29,20 +29,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from triton_nmp.target import TargetSpec
 
-__all__ = ["Tile", "candidates", "estimate", "rank", "spm_bytes", "tuned_candidates", "widen_gemv", "TUNE_FRACTION",
-           "WIDE_GEMV_SLACK", "WIDE_GEMV_MAX_BLOCK_N"]
+__all__ = ["Tile", "GemvTile", "candidates", "estimate", "estimate_gemv", "gemv_candidates", "gemv_share",
+           "gemv_spm_bytes", "rank", "spm_bytes", "tuned_candidates", "TUNE_FRACTION"]
 
 BLOCKS_MN = (16, 32, 64, 128, 256)
 BLOCKS_K = (16, 32, 64, 128, 256)
 STAGES = (1, 2, 3)
+GEMV_BLOCKS_N = (16, 32, 64, 128, 256, 512, 1024)  # a one-row tile is narrow: a program's whole share fits as one block
 TUNE_FRACTION = 0.12  # max-autotune simulates this fraction of the legal candidates (at least MIN_TUNED)
 MIN_TUNED = 3
-WIDE_GEMV_SLACK = 0.2  # a GEMV's wider panel is kept when its device time is within 20% of the best
-WIDE_GEMV_MAX_BLOCK_N = 64  # wider GEMV panels leave too many PUs idle on a projection of a few thousand columns
 
 
 @dataclass(frozen=True, order=True)
@@ -94,6 +92,34 @@ def _mean_hops(spec: TargetSpec) -> float:
     return sum((d * d - 1) / (3 * d) for d in (spec.mesh_rows, spec.mesh_cols))
 
 
+def _shared_bw(spec: TargetSpec) -> float:
+    """Bytes per cycle of a read spread over all banks (mostly remote)."""
+    remote = 1.0 - 1.0 / spec.num_pus
+    return 1.0 / ((1.0 - remote) / spec.bank_bytes_per_cycle + remote / spec.remote_read_bytes_per_cycle)
+
+
+def _panel_dma(nbytes: float, local: bool, spec: TargetSpec) -> tuple[float, float]:
+    """(transfer, setup) cycles of one operand panel: 2-D strided descriptors split at the descriptor size cap,
+    issued `dma_max_in_flight` at a time; `local`: in the reader's bank, else spread over all banks."""
+    batches = math.ceil(math.ceil(nbytes / spec.dma_max_descriptor_bytes) / spec.dma_max_in_flight)
+    hops = 0.0 if local else spec.noc_hop_cycles * _mean_hops(spec)
+    return nbytes / (spec.bank_bytes_per_cycle if local else _shared_bw(spec)), batches * (spec.dma_setup_cycles + hops)
+
+
+def _store(c_bytes: float, spec: TargetSpec) -> float:
+    """Cycles of storing an output tile (charged at the spread-read bandwidth, as the mm template's model did)."""
+    batches = math.ceil(math.ceil(c_bytes / spec.dma_max_descriptor_bytes) / spec.dma_max_in_flight)
+    return c_bytes / _shared_bw(spec) + batches * spec.dma_setup_cycles
+
+
+def _k_loop(k_steps: int, step_dma: float, step_compute: float, num_stages: int) -> float:
+    """Cycles of a K loop: with more than one stage the first step's panels are loaded before any compute and
+    the others overlap it."""
+    if num_stages > 1:
+        return step_dma + (k_steps - 1) * max(step_dma, step_compute) + step_compute
+    return k_steps * (step_dma + step_compute)
+
+
 def estimate(t: Tile, m: int, n: int, k: int, batch: int, in_bytes: int, out_bytes: int, dtype: str,
              spec: TargetSpec, b_columns: bool = False, auto_placement: bool = True) -> float:
     """Modelled seconds of the mm template with tile `t` (see the module docstring); `b_columns`: B is
@@ -106,29 +132,21 @@ def estimate(t: Tile, m: int, n: int, k: int, batch: int, in_bytes: int, out_byt
     programs = batch * grid_m * grid_n
     waves = math.ceil(programs / spec.num_pus)
     k_steps = math.ceil(k / t.block_k)
-    remote = 1.0 - 1.0 / spec.num_pus  # a panel spread over all banks: mostly remote
-    shared_bw = 1.0 / ((1.0 - remote) / spec.bank_bytes_per_cycle + remote / spec.remote_read_bytes_per_cycle)
     b_local = auto_placement and grid_m == 1
     a_bytes = t.block_m * t.block_k * in_bytes
     b_bytes = t.block_k * t.block_n * in_bytes
-    per = spec.dma_max_descriptor_bytes  # 2-D strided descriptors, split at the descriptor size cap
-    step_xfer = step_setup = 0.0
-    for nbytes, local in ((a_bytes, False), (b_bytes, b_local)):
-        batches = math.ceil(math.ceil(nbytes / per) / spec.dma_max_in_flight)
-        hops = 0.0 if local else spec.noc_hop_cycles * _mean_hops(spec)
-        step_xfer += nbytes / (spec.bank_bytes_per_cycle if local else shared_bw)
-        step_setup += batches * (spec.dma_setup_cycles + hops)
+    step_xfer, step_setup = _panel_dma(a_bytes, False, spec)
+    b_xfer, b_setup = _panel_dma(b_bytes, b_local, spec)
+    step_xfer += b_xfer
+    step_setup += b_setup
     step_dma = step_xfer + step_setup
-    bw = shared_bw
+    bw = _shared_bw(spec)
     step_compute = t.block_m * t.block_n * t.block_k / spec.peak_macs_per_cycle(dtype)
     if b_columns:
         step_compute += math.ceil(t.block_k * t.block_n / spec.vector_fp32_lanes)
-    if t.num_stages > 1:  # the first step's panels are loaded before any compute, the others overlap it
-        overlap = step_dma + (k_steps - 1) * max(step_dma, step_compute) + step_compute
-    else:
-        overlap = k_steps * (step_dma + step_compute)
+    overlap = _k_loop(k_steps, step_dma, step_compute, t.num_stages)
     c_bytes = t.block_m * t.block_n * out_bytes
-    store = c_bytes / bw + math.ceil(math.ceil(c_bytes / per) / spec.dma_max_in_flight) * spec.dma_setup_cycles
+    store = _store(c_bytes, spec)
     cycles = waves * (overlap + store)
     if waves > 1 and 2 * spm_bytes(t, in_bytes, out_bytes) <= spec.spm_bytes:
         # grid pipeline (backend/grid_pipeline.py: a second copy of the tiles fits): a PU's next program loads
@@ -145,23 +163,58 @@ def rank(tiles: list[Tile], m: int, n: int, k: int, batch: int, in_bytes: int, o
                                                  auto_placement), t))
 
 
+@dataclass(frozen=True, order=True)
+class GemvTile:
+    """A tile of the one-row template (`gemv.gemv_template`): each program's `share` output columns in blocks of
+    `block_n`, over K in steps of `block_k`."""
+
+    block_n: int
+    block_k: int
+    num_stages: int
+    share: int
+
+
+def gemv_share(n: int, spec: TargetSpec) -> int:
+    """Output columns per program of the one-row template: an even split of `n` over the target's PUs."""
+    return math.ceil(n / spec.num_pus)
+
+
+def gemv_spm_bytes(t: GemvTile, in_bytes: int, out_bytes: int) -> int:
+    """Scratchpad bytes one program of the one-row template needs with tile `t`."""
+    return spm_bytes(Tile(1, t.block_n, t.block_k, t.num_stages), in_bytes, out_bytes)
+
+
+def gemv_candidates(n: int, k: int, in_bytes: int, out_bytes: int, spec: TargetSpec) -> list[GemvTile]:
+    """Legal tiles of the one-row template for a (1 x k) @ (k x n) product: BLOCK_N no wider than the share
+    rounded up to a power of two, BLOCK_K no longer than k rounded up, buffers within the scratchpad."""
+    cols = gemv_share(n, spec)
+    cap_n, cap_k = (max(16, _pow2_at_least(x)) for x in (cols, k))
+    return [t for bn in GEMV_BLOCKS_N if bn <= cap_n for bk in BLOCKS_K if bk <= cap_k for stages in STAGES
+            if gemv_spm_bytes(t := GemvTile(bn, bk, stages, cols), in_bytes, out_bytes) <= spec.spm_bytes]
+
+
+def estimate_gemv(t: GemvTile, n: int, k: int, in_bytes: int, out_bytes: int, dtype: str, spec: TargetSpec,
+                  b_columns: bool = False, auto_placement: bool = True) -> float:
+    """Modelled seconds of the one-row template with tile `t`, in `estimate`'s terms: one wave of
+    `ceil(n / share)` programs; the busiest runs `ceil(share / block_n)` column blocks, each a K loop (the
+    activation's slice read from all banks, the weight's tile from the program's own bank under "auto"
+    placement, whose footprint-aligned layout gives each program's contiguous rows to its PU; masked columns of
+    the last block move no bytes but are multiplied) and a store of the block."""
+    k_steps = math.ceil(k / t.block_k)
+    step_compute = t.block_n * t.block_k / spec.peak_macs_per_cycle(dtype)
+    if b_columns:
+        step_compute += math.ceil(t.block_k * t.block_n / spec.vector_fp32_lanes)
+    a_xfer, a_setup = _panel_dma(t.block_k * in_bytes, False, spec)
+    cols = min(t.share, n)
+    cycles = 0.0
+    for start in range(0, cols, t.block_n):
+        valid = min(t.block_n, cols - start)
+        b_xfer, b_setup = _panel_dma(t.block_k * valid * in_bytes, auto_placement, spec)
+        cycles += _k_loop(k_steps, a_xfer + a_setup + b_xfer + b_setup, step_compute, t.num_stages)
+        cycles += _store(valid * out_bytes, spec)
+    return spec.cycles_to_seconds(cycles) + spec.launch_overhead_us * 1e-6
+
+
 def tuned_candidates(n_legal: int) -> int:
     """How many of `n_legal` ranked candidates max-autotune simulates."""
     return min(n_legal, max(MIN_TUNED, math.ceil(TUNE_FRACTION * n_legal)))
-
-
-def widen_gemv(scored: list[tuple[Any, ...]], m: int, spec: TargetSpec) -> list[tuple[Any, ...]]:
-    """`scored` ((estimate seconds, tile, ...), fastest first) reordered for a GEMV (`m` == 1): the widest panel up to
-    `WIDE_GEMV_MAX_BLOCK_N`, wider than the best, whose device time (estimate less the launch overhead) is within
-    `WIDE_GEMV_SLACK` of the best comes first (see the module docstring: it reads a prefill-laid-out weight
-    locally). Other shapes unchanged."""
-    if m != 1 or not scored:
-        return scored
-    launch = spec.launch_overhead_us * 1e-6
-    limit = (scored[0][0] - launch) * (1 + WIDE_GEMV_SLACK) + launch
-    best_n = scored[0][1].block_n
-    wide = [e for e in scored if e[0] <= limit and best_n < e[1].block_n <= WIDE_GEMV_MAX_BLOCK_N]
-    if not wide:  # never narrower than the best
-        return scored
-    pick = min(wide, key=lambda e: (-e[1].block_n, e[0]))
-    return [pick] + [e for e in scored if e is not pick]

@@ -1,0 +1,103 @@
+"""The one-row matmul template (`gemv_template`): a decode step's projections, every PU streaming its own slice.
+
+Inductor's mm template gives each program a power-of-two panel of BLOCK_N output columns, so a GEMV's grid is
+`N / BLOCK_N` programs: GPT-2's QKV (N 2304) in 64-column panels is 36 programs on 64 PUs, its LM head (N 50257)
+in 64-column panels 786 programs, 12.3 waves. A GEMV is bound by streaming the weight, so that leaves a third
+of the banks idle or one PU in eight doing a thirteenth program.
+
+`gemv_template` gives program `p` of `ceil(N / SHARE)` (SHARE = `ceil(N / num_pus)`) the contiguous output columns
+`[p * SHARE, min((p + 1) * SHARE, N))`: every PU gets an even share of the weight's rows (a weight stored
+[N, K], `x @ w.T`, gives each program one contiguous range of bytes, which the "auto" placement puts in that
+PU's bank). The share is processed in BLOCK_N-column blocks (a power of two; the last block of a share is
+masked, and masked columns move no bytes), each block over K in BLOCK_K steps: the activation's BLOCK_K slice
+and the weight's [BLOCK_K, BLOCK_N] tile per step (multi-buffered by `num_stages`), an fp32 accumulator of
+BLOCK_N in the scratchpad, the output block stored through Inductor's `store_output`, so epilogue fusion (the
+addmm bias, gelu, a residual add, the dtype cast) works as with the mm template, and so does prologue fusion
+(a layer norm's normalisation applied to the activation as it is loaded).
+
+It is offered for `mm` and `addmm` with one row (`applies`) next to the mm template's tiles, with the same
+extra arguments (epilogue, prefix arguments) as the mm template; `gemm.estimate_gemv` models it in the same
+terms as `gemm.estimate` models the mm template, and `NMPChoices` keeps whichever is modelled faster.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch._inductor.select_algorithm import SymbolicGridFn, TritonTemplate
+
+__all__ = ["gemv_template", "applies", "GEMV_OPS"]
+
+GEMV_OPS = ("mm", "addmm")
+
+
+@SymbolicGridFn
+def _gemv_grid(m: Any, n: Any, meta: dict[str, Any], *, cdiv: Any) -> tuple[Any, int, int]:
+    return (cdiv(n, meta["SHARE"]), 1, 1)
+
+
+_SOURCE = r"""
+{{def_kernel("A", "B")}}
+    M = {{size("A", 0)}}
+    N = {{size("B", 1)}}
+    K = {{size("A", 1)}}
+    if M * N == 0:
+        # early exit due to zero-size input(s)
+        return
+    stride_am = {{stride("A", 0)}}
+    stride_ak = {{stride("A", 1)}}
+    stride_bk = {{stride("B", 0)}}
+    stride_bn = {{stride("B", 1)}}
+
+    # this program's share of the output columns: [n_start, n_end)
+    pid = tl.program_id(0).to(INDEX_DTYPE)
+    n_start = pid * SHARE
+    n_end = tl.minimum(n_start + SHARE, N)
+    rm = tl.arange(0, 1).to(INDEX_DTYPE)
+    offs_k = tl.arange(0, BLOCK_K).to(INDEX_DTYPE)
+    for n_off in range(0, SHARE, BLOCK_N):
+        rn = n_start + n_off + tl.arange(0, BLOCK_N).to(INDEX_DTYPE)
+        n_mask = rn < n_end
+        acc = tl.zeros((1, BLOCK_N), dtype=ACC_TYPE)
+        for k_idx in range(0, tl.cdiv(K, BLOCK_K)):
+            {% if not EVEN_K %}
+            a_mask = offs_k[None, :] < (K - k_idx * BLOCK_K)
+            b_mask = (offs_k[:, None] < (K - k_idx * BLOCK_K)) & n_mask[None, :]
+            {% else %}
+            b_mask = n_mask[None, :]
+            {% endif %}
+            a_k_idx_vals = offs_k[None, :] + (k_idx * BLOCK_K)
+            b_k_idx_vals = offs_k[:, None] + (k_idx * BLOCK_K)
+
+            idx_m = rm[:, None]
+            idx_n = a_k_idx_vals
+            {{load_input("A", "a", ("idx_m", "idx_n"), mask=None if EVEN_K else "a_mask",
+                         indent_width=12, index_shape=("1", "BLOCK_K"))}}
+
+            idx_m = b_k_idx_vals
+            idx_n = rn[None, :]
+            {{load_input("B", "b", ("idx_m", "idx_n"), mask="b_mask",
+                         indent_width=12, index_shape=("BLOCK_K", "BLOCK_N"))}}
+
+            acc += tl.dot(a, b, allow_tf32=ALLOW_TF32, out_dtype=ACC_TYPE)
+
+        idx_m = rm[:, None]
+        idx_n = rn[None, :]
+        mask = (idx_m < M) & (idx_n < n_end)
+
+        # inductor generates a suffix
+        {{store_output(("idx_m", "idx_n"), "acc", "mask", indent_width=8, val_shape=("1", "BLOCK_N"))}}
+"""
+
+gemv_template = TritonTemplate(
+    name="nmp_gemv",
+    grid=_gemv_grid,
+    source=_SOURCE,
+    cache_codegen_enabled_for_template=True,
+    prologue_loads_all_inputs=True,
+)
+
+
+def applies(op_name: str, m: int, batch: int) -> bool:
+    """Whether the template is offered for this matmul (one row, no batch)."""
+    return op_name in GEMV_OPS and m == 1 and batch == 1
