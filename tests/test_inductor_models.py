@@ -144,25 +144,6 @@ def test_decode_gemv_tiles_have_one_row_and_fill_every_pu():
 
 
 
-def _scored(m, n, k, spec):
-    tiles = gemm.candidates(m, n, k, 2, 2, spec)
-    return sorted((gemm.estimate(t, m, n, k, 1, 2, 2, "fp16", spec, True), t) for t in tiles)
-
-
-def test_decode_gemv_takes_the_widest_panel_within_the_slack():
-    spec = triton_nmp.active_target()
-    launch = spec.launch_overhead_us * 1e-6
-    for n, k, want in ((2304, 768, 64), (3072, 768, 64), (768, 768, 16), (768, 3072, 16), (50257, 768, 64)):
-        scored = _scored(1, n, k, spec)
-        pick_s, pick = gemm.widen_gemv(scored, 1, spec)[0]
-        assert pick.block_n == want, (n, k, pick)
-        assert pick_s - launch <= (scored[0][0] - launch) * (1 + gemm.WIDE_GEMV_SLACK) + 1e-12
-        assert sorted(gemm.widen_gemv(scored, 1, spec)) == scored  # a reordering, nothing dropped
-    lm_head = _scored(1, 32000, 2048, spec)  # Llama's: 128 columns are best, never narrowed to the cap
-    assert lm_head[0][1].block_n > gemm.WIDE_GEMV_MAX_BLOCK_N and gemm.widen_gemv(lm_head, 1, spec) == lm_head
-    prefill = _scored(32, 2304, 768, spec)
-    assert gemm.widen_gemv(prefill, 32, spec) == prefill  # only one-row GEMVs are widened
-
 def test_decode_linear_compiles_a_one_row_tile_and_a_pinned_tile_is_used(fresh_inductor):
     torch.manual_seed(0)
     lin = torch.nn.Linear(64, 256).half()
@@ -172,14 +153,15 @@ def test_decode_linear_compiles_a_one_row_tile_and_a_pinned_tile_is_used(fresh_i
         y = torch.compile(lin, backend="nmp", options=FRESH)(x)
     torch.testing.assert_close(y.float(), lin(x).float(), atol=2e-2, rtol=2e-2)
     sel = choices.gemm_selections()[before:]
-    assert len(sel) == 1 and sel[0].m == 1 and sel[0].kept[0]["BLOCK_M"] == 1
-    pin = gemm.Tile(1, 32, 32, 1)
+    assert len(sel) == 1 and sel[0].m == 1 and sel[0].kept_templates == ["nmp_gemv"]  # tests/test_gemv.py
+    pin = gemm.Tile(1, 32, 32, 1)  # an mm template tile: pinning it takes the mm template
     assert pin in gemm.candidates(1, 256, 64, 2, 2, triton_nmp.active_target())
     torch._dynamo.reset()
     with torch.no_grad(), choices.pinned_tile(pin):
         y = torch.compile(lin, backend="nmp", options=FRESH)(x)
     torch.testing.assert_close(y.float(), lin(x).float(), atol=2e-2, rtol=2e-2)
     assert choices.gemm_selections()[-1].kept == [dict(BLOCK_M=1, BLOCK_N=32, BLOCK_K=32, num_stages=1)]
+    assert choices.gemm_selections()[-1].kept_templates == ["mm"]
 
 
 def test_default_mode_compiles_one_matmul_candidate_and_simulates_none(fresh_inductor):

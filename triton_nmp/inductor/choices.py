@@ -213,8 +213,10 @@ class NMPChoices(InductorChoices):
         k_sym = kernel_inputs.mnk_symbolic()[2]
         size = kernel_inputs.dtype().itemsize
         tiles = gemm.gemv_candidates(n, k, size, size, active_target())
+        b_columns = _column_major(kernel_inputs.nodes()[-1])
         params = (DictKernelTemplateParams({
             **common, "BLOCK_N": t.block_n, "BLOCK_K": t.block_k, "SHARE": t.share, "num_stages": t.num_stages,
+            "B_COLUMNS": b_columns,
             "EVEN_K": V.graph.sizevars.statically_known_true(sympy.Eq(sympy.Mod(k_sym, t.block_k), 0))})
             for t in tiles)
         return make_ktc_generator(template=gemv_template, cs=params,
@@ -256,7 +258,7 @@ class NMPChoices(InductorChoices):
             kw = ktc.params.to_kwargs()
             if ktc.template.uid == gemv_template.uid:
                 g = gemm.GemvTile(kw["BLOCK_N"], kw["BLOCK_K"], kw["num_stages"], kw["SHARE"])
-                return gemm.estimate_gemv(g, n, k, size, size, dname, spec, b_columns, auto), g, i
+                return gemm.estimate_gemv(g, n, k, size, size, dname, spec, auto), g, i
             t = gemm.Tile(kw["BLOCK_M"], kw["BLOCK_N"], kw["BLOCK_K"], kw["num_stages"], kw.get("GROUP_M", 8))
             return gemm.estimate(t, m, n, k, batch, size, size, dname, spec, b_columns, auto), t, i
 

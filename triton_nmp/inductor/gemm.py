@@ -38,7 +38,9 @@ __all__ = ["Tile", "GemvTile", "candidates", "estimate", "estimate_gemv", "gemv_
 BLOCKS_MN = (16, 32, 64, 128, 256)
 BLOCKS_K = (16, 32, 64, 128, 256)
 STAGES = (1, 2, 3)
-GEMV_BLOCKS_N = (16, 32, 64, 128, 256, 512, 1024)  # a one-row tile is narrow: a program's whole share fits as one block
+# a one-row tile is thin: a program's whole share can be one block, and long K steps pay fewer DMA setups
+GEMV_BLOCKS_N = (16, 32, 64, 128, 256, 512, 1024)
+GEMV_BLOCKS_K = (32, 64, 128, 256, 512, 1024, 2048, 4096)
 TUNE_FRACTION = 0.12  # max-autotune simulates this fraction of the legal candidates (at least MIN_TUNED)
 MIN_TUNED = 3
 
@@ -189,21 +191,19 @@ def gemv_candidates(n: int, k: int, in_bytes: int, out_bytes: int, spec: TargetS
     rounded up to a power of two, BLOCK_K no longer than k rounded up, buffers within the scratchpad."""
     cols = gemv_share(n, spec)
     cap_n, cap_k = (max(16, _pow2_at_least(x)) for x in (cols, k))
-    return [t for bn in GEMV_BLOCKS_N if bn <= cap_n for bk in BLOCKS_K if bk <= cap_k for stages in STAGES
+    return [t for bn in GEMV_BLOCKS_N if bn <= cap_n for bk in GEMV_BLOCKS_K if bk <= cap_k for stages in STAGES
             if gemv_spm_bytes(t := GemvTile(bn, bk, stages, cols), in_bytes, out_bytes) <= spec.spm_bytes]
 
 
 def estimate_gemv(t: GemvTile, n: int, k: int, in_bytes: int, out_bytes: int, dtype: str, spec: TargetSpec,
-                  b_columns: bool = False, auto_placement: bool = True) -> float:
+                  auto_placement: bool = True) -> float:
     """Modelled seconds of the one-row template with tile `t`, in `estimate`'s terms: one wave of
     `ceil(n / share)` programs; the busiest runs `ceil(share / block_n)` column blocks, each a K loop (the
     activation's slice read from all banks, the weight's tile from the program's own bank under "auto"
     placement, whose footprint-aligned layout gives each program's contiguous rows to its PU; masked columns of
     the last block move no bytes but are multiplied) and a store of the block."""
     k_steps = math.ceil(k / t.block_k)
-    step_compute = t.block_n * t.block_k / spec.peak_macs_per_cycle(dtype)
-    if b_columns:
-        step_compute += math.ceil(t.block_k * t.block_n / spec.vector_fp32_lanes)
+    step_compute = t.block_n * t.block_k / spec.peak_macs_per_cycle(dtype)  # no transposed tile (see gemv.py)
     a_xfer, a_setup = _panel_dma(t.block_k * in_bytes, False, spec)
     cols = min(t.share, n)
     cycles = 0.0

@@ -58,6 +58,36 @@ _SOURCE = r"""
     for n_off in range(0, SHARE, BLOCK_N):
         rn = n_start + n_off + tl.arange(0, BLOCK_N).to(INDEX_DTYPE)
         n_mask = rn < n_end
+{% if B_COLUMNS %}
+        # B's columns are the weight's contiguous rows: [BLOCK_N, BLOCK_K] weight tiles times the activation as a
+        # column, no transposed tile
+        acc = tl.zeros((BLOCK_N, 1), dtype=ACC_TYPE)
+        for k_idx in range(0, tl.cdiv(K, BLOCK_K)):
+            {% if not EVEN_K %}
+            a_mask = offs_k[:, None] < (K - k_idx * BLOCK_K)
+            b_mask = (offs_k[None, :] < (K - k_idx * BLOCK_K)) & n_mask[:, None]
+            {% else %}
+            b_mask = n_mask[:, None]
+            {% endif %}
+            idx_m = rm[None, :]
+            idx_n = offs_k[:, None] + (k_idx * BLOCK_K)
+            {{load_input("A", "a", ("idx_m", "idx_n"), mask=None if EVEN_K else "a_mask",
+                         indent_width=12, index_shape=("BLOCK_K", "1"))}}
+
+            idx_m = offs_k[None, :] + (k_idx * BLOCK_K)
+            idx_n = rn[:, None]
+            {{load_input("B", "b", ("idx_m", "idx_n"), mask="b_mask",
+                         indent_width=12, index_shape=("BLOCK_N", "BLOCK_K"))}}
+
+            acc += tl.dot(b, a, allow_tf32=ALLOW_TF32, out_dtype=ACC_TYPE)
+
+        idx_m = rm[None, :]
+        idx_n = rn[:, None]
+        mask = (idx_m < M) & (idx_n < n_end)
+
+        # inductor generates a suffix
+        {{store_output(("idx_m", "idx_n"), "acc", "mask", indent_width=8, val_shape=("BLOCK_N", "1"))}}
+{% else %}
         acc = tl.zeros((1, BLOCK_N), dtype=ACC_TYPE)
         for k_idx in range(0, tl.cdiv(K, BLOCK_K)):
             {% if not EVEN_K %}
@@ -66,15 +96,12 @@ _SOURCE = r"""
             {% else %}
             b_mask = n_mask[None, :]
             {% endif %}
-            a_k_idx_vals = offs_k[None, :] + (k_idx * BLOCK_K)
-            b_k_idx_vals = offs_k[:, None] + (k_idx * BLOCK_K)
-
             idx_m = rm[:, None]
-            idx_n = a_k_idx_vals
+            idx_n = offs_k[None, :] + (k_idx * BLOCK_K)
             {{load_input("A", "a", ("idx_m", "idx_n"), mask=None if EVEN_K else "a_mask",
                          indent_width=12, index_shape=("1", "BLOCK_K"))}}
 
-            idx_m = b_k_idx_vals
+            idx_m = offs_k[:, None] + (k_idx * BLOCK_K)
             idx_n = rn[None, :]
             {{load_input("B", "b", ("idx_m", "idx_n"), mask="b_mask",
                          indent_width=12, index_shape=("BLOCK_K", "BLOCK_N"))}}
@@ -87,6 +114,7 @@ _SOURCE = r"""
 
         # inductor generates a suffix
         {{store_output(("idx_m", "idx_n"), "acc", "mask", indent_width=8, val_shape=("1", "BLOCK_N"))}}
+{% endif %}
 """
 
 gemv_template = TritonTemplate(
