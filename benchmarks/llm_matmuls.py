@@ -15,8 +15,9 @@ local bank bandwidth)) and the ratio, the programs (grid) against the PUs, the b
 remote banks, and the simulated time of any other kernel of the graph.
 
 `--check-choice` also simulates every legal tile of each matmul (each compiled alone with
-`choices.pinned_tile`, on a fresh weight so its layout follows that tile) and compares the model's pick with
-the best simulated tile and with the best of the top `gemm.tuned_candidates` (what max-autotune simulates).
+`choices.pinned_tile`, on a fresh weight so its layout follows that tile; with one token, the one-row
+template's tiles (`gemv ...`) next to the mm template's) and compares the model's pick with the best simulated
+tile and with the best of the top `gemm.tuned_candidates` (what max-autotune simulates).
 
     python benchmarks/llm_matmuls.py [--tokens 512] [--only qkv,fc]
     python benchmarks/llm_matmuls.py --tokens 1 --only qkv,fc --check-choice
@@ -25,7 +26,7 @@ the best simulated tile and with the best of the top `gemm.tuned_candidates` (wh
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
 SHAPES = {"qkv": (768, 2304, False), "proj": (768, 768, False), "fc": (768, 3072, False),
           "mlp_proj": (3072, 768, True)}
@@ -83,6 +84,8 @@ def floor_us(tokens: int, k: int, n: int, spec) -> float:
 
 
 def tile_name(tile: dict[str, int]) -> str:
+    if "SHARE" in tile:  # the one-row template (`triton_nmp.inductor.gemv`)
+        return "gemv " + "x".join(str(tile[key]) for key in ("BLOCK_N", "BLOCK_K", "num_stages"))
     return "x".join(str(tile.get(key, "?")) for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_stages"))
 
 
@@ -94,10 +97,16 @@ def check_choice(names: list[str], tokens: int, spec) -> str:
     rows = []
     for name in names:
         k, n, _ = SHAPES[name]
-        legal = gemm.candidates(tokens, n, k, 2, 2, spec)
-        ranked = gemm.rank(legal, tokens, n, k, 1, 2, 2, "fp16", spec, b_columns=True)
+        scored = [(gemm.estimate(t, tokens, n, k, 1, 2, 2, "fp16", spec, True), t)
+                  for t in gemm.candidates(tokens, n, k, 2, 2, spec)]
+        if tokens == 1:  # the one-row template's tiles compete (as in `NMPChoices._select_gemm`)
+            scored += [(gemm.estimate_gemv(t, n, k, 2, 2, "fp16", spec), t)
+                       for t in gemm.gemv_candidates(n, k, 2, 2, spec)]
+        legal = [t for _, t in scored]
+        ranked = [t for _, t in sorted(scored, key=lambda e: (e[0], isinstance(e[1], gemm.GemvTile),
+                                                              astuple(e[1])))]
         sim = {t: run_one(name, tokens, t).template_us for t in ranked}
-        order = sorted(ranked, key=lambda t: (sim[t], t))
+        order = sorted(ranked, key=lambda t: (sim[t], ranked.index(t)))
         best, pick = order[0], ranked[0]
         top = ranked[:gemm.tuned_candidates(len(ranked))]
         tuned = min(top, key=lambda t: sim[t])
@@ -113,6 +122,8 @@ def check_choice(names: list[str], tokens: int, spec) -> str:
 
 
 def _t(t) -> str:
+    if hasattr(t, "share"):  # gemm.GemvTile
+        return f"gemv {t.block_n}x{t.block_k}x{t.num_stages}"
     return f"{t.block_m}x{t.block_n}x{t.block_k}x{t.num_stages}"
 
 

@@ -10,8 +10,12 @@ compile workers see).
   target's scratchpad and PUs, not triton-cpu's list), are ranked by `gemm.estimate`, and only the best one
   (default mode) or the best `gemm.tuned_candidates(n)` (max-autotune, which then simulates them) become
   Inductor choices; `max_autotune_gemm_search_space="EXHAUSTIVE"` keeps them all (every legal tile simulated).
-  Every decision is logged in `gemm_selections()`. `pinned_tile(tile)` makes every matmul compiled inside it use
-  that tile (when legal for its shape), e.g. to simulate each candidate of one matmul and check the model's pick.
+  A one-row `mm`/`addmm` (a decode step's GEMV) is also offered our one-row template (`gemv.gemv_template`, tiles
+  from `gemm.gemv_candidates`, modelled by `gemm.estimate_gemv`), ranked with the mm template's tiles; it takes
+  the mm template's per-op arguments (addmm's bias epilogue, prefix arguments, accumulator type).
+  Every decision is logged in `gemm_selections()` (with the template of each kept choice). `pinned_tile(tile)`
+  makes every matmul compiled inside it use that tile (an mm template `gemm.Tile` or a one-row `gemm.GemvTile`,
+  when legal for its shape), e.g. to simulate each candidate of one matmul and check the model's pick.
 * Reductions: the split factor and the block sizes of outer and persistent inner reductions come from
   `reductions` (sized for the PUs and the banks' DMA, not a GPU's threads).
 """

@@ -16,13 +16,18 @@ grid loop is pipelined: after a PU's first program only transfers and compute co
 overhead.
 Default mode compiles the top candidate only; max-autotune simulates the top `tuned_candidates(n)`.
 
-A decode GEMV (one row) then takes the widest column panel (up to `WIDE_GEMV_MAX_BLOCK_N`) estimated within
-`WIDE_GEMV_SLACK` of the best (`widen_gemv`): the estimate assumes the weight is laid out for the GEMV's own
-panels, but the "auto" policy lays a weight out for the first kernel that streams it, the prefill's matmul,
-whose wider panels put four 16-column GEMV panels in one bank (GPT-2's QKV and MLP-up weights: 36 and 48 of
-64 banks, four programs per PU) until re-layouts pay back (14 decode steps). Measured on GPT-2 fp16 decode
-after a 32-token prompt (reduce-overhead): QKV and MLP-up 10.4 -> 8.2 us per layer with 64-column panels,
-the same as the 16-column panels reach once their weights were re-laid out, and no re-layout at all.
+A one-row matmul (a decode step's GEMV, `mm`/`addmm` with M == 1) also gets the tiles of our own one-row template
+(`gemv.gemv_template`: program p of ceil(N / share) computes the `share` = ceil(N / num_pus) output columns from
+p * share, in power-of-two blocks of `block_n` with a masked tail, so every PU streams an even, contiguous part of
+the weight from its own bank). `gemv_candidates()` enumerates them (BLOCK_N up to 1024, BLOCK_K up to 4096: a
+thin tile, so one block can hold a PU's whole share and long K steps pay fewer DMA setups) and `estimate_gemv()`
+models them in `estimate()`'s terms (one wave; per column block a K loop of the activation's slice read from all
+banks and the weight's tile from the PU's own bank under "auto" placement; masked columns move no bytes). Both
+templates' tiles are ranked together and the one-row template is kept only where it is modelled faster (ties go
+to the mm template). Measured (`benchmarks/llm_matmuls.py --tokens 1 --check-choice`: every legal tile of both
+templates simulated alone): the model's pick is the best simulated tile for GPT-2's QKV and MLP-down and within
+1.1% of it for the attention projection, always a one-row tile; on GPT-2 fp16 decode the projections are 64
+programs for 64 PUs (QKV 7.8 -> 5.1 us, LM head 108 -> 84 us per launch; benchmarks/README.md).
 """
 
 from __future__ import annotations

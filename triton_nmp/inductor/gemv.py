@@ -10,10 +10,14 @@ of the banks idle or one PU in eight doing a thirteenth program.
 [N, K], `x @ w.T`, gives each program one contiguous range of bytes, which the "auto" placement puts in that
 PU's bank). The share is processed in BLOCK_N-column blocks (a power of two; the last block of a share is
 masked, and masked columns move no bytes), each block over K in BLOCK_K steps: the activation's BLOCK_K slice
-and the weight's [BLOCK_K, BLOCK_N] tile per step (multi-buffered by `num_stages`), an fp32 accumulator of
-BLOCK_N in the scratchpad, the output block stored through Inductor's `store_output`, so epilogue fusion (the
-addmm bias, gelu, a residual add, the dtype cast) works as with the mm template, and so does prologue fusion
-(a layer norm's normalisation applied to the activation as it is loaded).
+and the weight's tile per step (multi-buffered by `num_stages`), an fp32 accumulator of BLOCK_N in the
+scratchpad. A column-major B (`B_COLUMNS`, the `w.T` of a weight stored [N, K]) is loaded as [BLOCK_N, BLOCK_K]
+tiles of the weight's rows and multiplied by the activation as a [BLOCK_K, 1] column, so no tile is transposed
+(the mm template's [BLOCK_K, BLOCK_N] tile of it is, by the vector unit); a row-major B as [BLOCK_K, BLOCK_N]
+tiles times the [1, BLOCK_K] row. Each block's output is stored through Inductor's `store_output` (inside the
+column-block loop), so epilogue fusion (the addmm bias, gelu, a residual add, the dtype cast) works as with the
+mm template, and so does prologue fusion (a layer norm's normalisation, an embedding lookup and add, applied to
+the activation as it is loaded).
 
 It is offered for `mm` and `addmm` with one row (`applies`) next to the mm template's tiles, with the same
 extra arguments (epilogue, prefix arguments) as the mm template; `gemm.estimate_gemv` models it in the same
