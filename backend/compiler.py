@@ -213,7 +213,7 @@ class NMPBackend(BaseBackend):
         # A grid-pipelined kernel keeps a second copy of its tiles in the upper half of the scratchpad while
         # the next program's loads and this one's stores are in flight: the PU uses both copies.
         metadata["nmp_spm_pu_bytes"] = ctx.plan.peak_bytes * (2 if ctx.grid_pipeline[0] else 1)
-        register_kernel(metadata.get("hash", ""), nmp.kernel)  # its static footprint feeds placement
+        register_kernel(metadata, nmp.kernel)  # its static footprint feeds placement
         return NMPIR(nmp, ctx.plan, ctx.spill)
 
     @staticmethod

@@ -141,3 +141,44 @@ def test_the_layout_cache_keeps_every_field_of_a_choice():
     back = layout_cache._decode(json.loads(layout_cache._encode(choices, "k")), {2: (1000, 4096), 3: (9000, 8192)})
     assert back == choices
     assert {f.name for f in dataclasses.fields(LayoutChoice)} == {"placement", "reason", "loaded", "spread"}
+
+
+class _InCompileWorker:
+    """`torch._inductor.compile_worker.utils` as seen inside one of Inductor's compile workers."""
+
+    @staticmethod
+    def in_toplevel_process() -> bool:
+        return False
+
+
+def test_a_compile_worker_leaves_the_kernel_ir_for_the_launching_process(tmp_path, monkeypatch):
+    import sys
+
+    from triton_nmp.backend import pipeline
+    from triton_nmp.backend.trace_predict import predict_trace
+
+    monkeypatch.setitem(sys.modules, "torch._inductor.compile_worker.utils", _InCompileWorker)
+    _launch()  # compiled "in a worker": the nmpir is pickled next to the kernel
+    (pkl,) = sorted((tmp_path / "triton").rglob("_scale_add.nmpir.pkl"))
+    meta = next(iter(_scale_add.device_caches.values()))[0]
+    meta = next(iter(meta.values())).metadata
+    compiled_here = footprint.kernel_func(meta)
+    with footprint._lock:
+        footprint._funcs.clear()  # the launching process: nothing compiled here
+
+    def no_lowering(*args, **kwargs):
+        raise AssertionError("the pickled kernel IR must be loaded, not the TTIR lowered again")
+
+    lower = pipeline.compile_ttir
+    monkeypatch.setattr(pipeline, "compile_ttir", no_lowering)
+    loaded = footprint.kernel_func(meta)
+    args = dict(scalars={"n": 20_000}, spans={"x_ptr": 80_000, "y_ptr": 80_000, "out_ptr": 80_000}, grid=(40, 1, 1))
+    assert np.array_equal(predict_trace(loaded, **args).trace, predict_trace(compiled_here, **args).trace)
+
+    pkl.write_bytes(b"not a pickle")  # an unreadable file: reported, and the TTIR is lowered instead
+    monkeypatch.setattr(pipeline, "compile_ttir", lower)
+    with footprint._lock:
+        footprint._funcs.clear()
+    with pytest.warns(UserWarning, match=r"ignoring the unreadable kernel IR cache file .*_scale_add\.nmpir\.pkl"):
+        again = footprint.kernel_func(meta)
+    assert np.array_equal(predict_trace(again, **args).trace, predict_trace(compiled_here, **args).trace)
