@@ -113,3 +113,18 @@ def test_gemv_candidates_fit_the_scratchpad_and_beat_the_mm_template_on_decode_s
     t = gemm.gemv_candidates(2304, 768, 2, 2, spec)[0]
     assert gemm.estimate_gemv(t, 2304, 768, 2, 2, "fp16", spec, auto_placement=False) > \
         gemm.estimate_gemv(t, 2304, 768, 2, 2, "fp16", spec)
+
+
+def test_more_than_one_row_or_a_dynamic_row_count_keeps_the_mm_template(fresh_inductor):
+    """The template computes one row: two rows, or a row count only known at run time, never get it."""
+    torch.manual_seed(0)
+    w = torch.randn(300, 64)
+    for rows, dynamic in ((2, False), (3, True)):
+        x = torch.randn(rows, 64)
+        before = len(choices.gemm_selections())
+        with torch.no_grad():
+            out = torch.compile(lambda x, w: x @ w.t(), backend="nmp", options=FRESH, dynamic=dynamic)(x, w)
+        torch.testing.assert_close(out, x @ w.t(), atol=1e-4, rtol=1e-4)
+        sel = choices.gemm_selections()[before:]
+        assert len(sel) == 1 and sel[0].kept_templates == ["mm"], sel
+        assert sel[0].legal == len(gemm.candidates(sel[0].m, 300, 64, 4, 4, triton_nmp.active_target()))

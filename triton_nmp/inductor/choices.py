@@ -139,13 +139,6 @@ def _gemm_templates() -> tuple[str, ...]:
     return (mm_template.uid, bmm_template.uid)
 
 
-def _batch(kernel_inputs: Any) -> int:
-    try:
-        return int(kernel_inputs.batch_hinted())
-    except (AttributeError, TypeError, ValueError):
-        return 1
-
-
 def _tile_kwargs(t: gemm.Tile | gemm.GemvTile) -> dict[str, int]:
     if isinstance(t, gemm.GemvTile):
         return dict(BLOCK_N=t.block_n, BLOCK_K=t.block_k, num_stages=t.num_stages, SHARE=t.share)
@@ -173,7 +166,7 @@ class NMPChoices(InductorChoices):
         from .gemv import applies, gemv_template
 
         if (kernel_inputs.device_type == "cpu" and any(t is mm_template for t in templates)
-                and applies(op_name, kernel_inputs.mnk_hinted()[0], _batch(kernel_inputs))):
+                and applies(op_name, kernel_inputs)):
             templates = [*templates, gemv_template]
         return super().get_template_configs(kernel_inputs, templates, op_name, kwarg_overrides)
 

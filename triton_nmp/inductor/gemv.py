@@ -19,9 +19,10 @@ column-block loop), so epilogue fusion (the addmm bias, gelu, a residual add, th
 mm template, and so does prologue fusion (a layer norm's normalisation, an embedding lookup and add, applied to
 the activation as it is loaded).
 
-It is offered for `mm` and `addmm` with one row (`applies`) next to the mm template's tiles, with the same
-extra arguments (epilogue, prefix arguments) as the mm template; `gemm.estimate_gemv` models it in the same
-terms as `gemm.estimate` models the mm template, and `NMPChoices` keeps whichever is modelled faster.
+It is offered for `mm` and `addmm` with one row known at compile time (`applies`) next to the mm template's
+tiles, with the same extra arguments (epilogue, prefix arguments) as the mm template; `gemm.estimate_gemv`
+models it in the same terms as `gemm.estimate` models the mm template, and `NMPChoices` keeps whichever is
+modelled faster.
 """
 
 from __future__ import annotations
@@ -130,6 +131,12 @@ gemv_template = TritonTemplate(
 )
 
 
-def applies(op_name: str, m: int, batch: int) -> bool:
-    """Whether the template is offered for this matmul (one row, no batch)."""
-    return op_name in GEMV_OPS and m == 1 and batch == 1
+def applies(op_name: str, kernel_inputs: Any) -> bool:
+    """Whether the template is offered for this matmul: `mm`/`addmm` whose row count is 1 at compile time (the
+    template computes one row: an M that is only hinted 1, a dynamic dimension, would be wrong for other
+    values)."""
+    from torch._inductor.virtualized import V
+
+    if op_name not in GEMV_OPS:
+        return False
+    return bool(V.graph.sizevars.statically_known_equals(kernel_inputs.mnk_symbolic()[0], 1))
