@@ -7,9 +7,11 @@ numpy arrays as values (one lane per program), and emits the same records the co
 Tile compute is never evaluated; a scalar that comes from loaded data is unknown, and if an unknown
 value steers control flow or an address the prediction gives up (`TracePrediction.exact` False).
 
-A branch on loaded data (`if tl.max(mask) > -inf:`, a program that skips work its data makes void) is the one
-data dependence followed: both sides run for every program that reaches it, so the records are a superset of
-what any run issues (`TracePrediction.bound`: every byte a program may move, some it may not). Placement may
+A branch on loaded data (`if tl.max(mask) > -inf:`, a program that skips work its data makes void) and a DMA
+at an offset from loaded data (a KV-cache row written at a loaded position) are the data dependences followed:
+both sides of such a branch run for every program that reaches it, and such a DMA is recorded as its elements
+anywhere in its argument (an element gather's record), so the records bound what any run issues
+(`TracePrediction.bound`: every byte a program may move, some it may not). Placement may
 follow a bound (a program goes where its possible bytes live); whatever needs the records a run really issues
 (overwritten bytes, time estimates) keeps to `exact`.
 
@@ -314,6 +316,9 @@ class _Predictor:
     def dma(self, op: Op, mask: np.ndarray) -> None:
         d = Operands(op)
         root = d.base
+        if d.index is None and (id(d.offset) in self.unknown or (d.guard is not None and id(d.guard) in self.unknown)):
+            self.bounded_dma(op, d, mask)
+            return
         offset = np.asarray(self.val(d.offset), dtype=np.int64)
         strides = [np.asarray(self.val(x), dtype=np.int64) for x in d.strides]
         if d.index is not None:
@@ -382,6 +387,19 @@ class _Predictor:
                              np.broadcast_to(flags, (n,))])
         if kind == abi.KIND_DMA_LOAD:
             rearranged()
+
+    def bounded_dma(self, op: Op, d: Operands, mask: np.ndarray) -> None:
+        """A DMA at an offset from loaded data (a KV-cache row at a loaded position), or guarded by loaded data:
+        bounded as its elements anywhere in the argument, each access made (the records of an element gather)."""
+        self.bounded = self.bounded or f"the address of the access at {op.loc} depends on loaded data"
+        t = dma_tile_type(op)
+        bounds = [np.clip(np.asarray(self.val(x), dtype=np.int64), 0, n) for x, n in zip(d.bounds, t.shape)]
+        numel = np.prod(np.stack(np.broadcast_arrays(np.ones(mask.shape, dtype=np.int64), *bounds)), axis=0)
+        load = op.name == "nmp.dma_load"
+        self.emit(mask & (numel > 0), abi.KIND_GATHER if load else abi.KIND_SCATTER,
+                  [self.arg_index[id(d.base)], 0, numel, t.elem_bytes, self.spans.get(d.base.name, 0)])
+        if load and not op.result.type.is_tensor:
+            self.unknown.add(id(op.result))
 
     def for_loop(self, op: Op, mask: np.ndarray) -> np.ndarray:
         loop = Operands(op)

@@ -156,3 +156,45 @@ def test_one_mask_kernel_for_every_layer(fresh_inductor):
     assert len(done) == 2 and kernels.count("_partial") == 2
     assert len([k for k in kernels if "masked_fill" in k]) == 1, kernels
     torch.testing.assert_close(out.float(), two_layers(q, kc, vc, pos).float(), atol=2e-3, rtol=2e-3)
+
+
+def _write_and_attend(q, kc, vc, kn, vn, pos):
+    """A decode step's cache write then attention, as triton_nmp/llm/models.py does it (caches mutated in place)."""
+    kc[:, :, pos] = kn
+    vc[:, :, pos] = vn
+    keep = torch.arange(kc.shape[2])[None, :] <= torch.where(pos < 0, pos + kc.shape[2], pos)[:, None]
+    return _attend(q, kc, vc, torch.zeros(keep.shape).masked_fill(~keep, float("-inf")))
+
+
+@pytest.mark.parametrize("heads,kv_heads", [(12, 12), (16, 4)])
+def test_cache_writes_are_folded_into_the_attention_kernel(fresh_inductor, heads, kv_heads):
+    """`cache[:, :, pos] = new` for K and V runs inside `_partial` (no index_put kernel), in place; the caches and
+    the result equal eager's at a chunk's first row, inside a chunk and at -1 (the last row)."""
+    q, kc, vc = _inputs(heads, kv_heads, torch.float16)
+    g = torch.Generator().manual_seed(1)
+    kn, vn = (torch.randn(1, kv_heads, 1, 64, generator=g).to(torch.float16) for _ in range(2))
+    f = torch.compile(_write_and_attend, backend="nmp")
+    rows = chunk_rows(kv_heads, T, 64, 64, 16, 100)
+    for pos in (rows, 77, -1):
+        p = torch.tensor([pos])
+        kc1, vc1, kc2, vc2 = kc.clone(), vc.clone(), kc.clone(), vc.clone()
+        before = len(rewrites())
+        with triton_nmp.profile() as prof:
+            out = f(q, kc1, vc1, kn, vn, p)
+        want = _write_and_attend(q, kc2, vc2, kn, vn, p)
+        torch.testing.assert_close(out.float(), want.float(), atol=2e-3, rtol=2e-3)
+        assert torch.equal(kc1, kc2) and torch.equal(vc1, vc2)
+        kernels = [r.kernel for r in prof.launches]
+        assert "_partial" in kernels and not any("index_put" in k for k in kernels), kernels
+        if pos == rows:
+            assert rewrites()[before:] and rewrites()[-1].endswith("K/V cache writes folded in")
+
+
+def test_a_position_outside_the_cache_is_an_error(fresh_inductor):
+    q, kc, vc = _inputs(12, 12, torch.float16)
+    kn = vn = torch.zeros(1, 12, 1, 64, dtype=torch.float16)
+    f = torch.compile(_write_and_attend, backend="nmp")
+    f(q, kc.clone(), vc.clone(), kn, vn, torch.tensor([3]))
+    with pytest.raises(triton_nmp.errors.NMPDeviceAssertError,
+                       match=r"kernel '_partial': device assertion failed \(index out of bounds: pos outside the KV"):
+        f(q, kc.clone(), vc.clone(), kn, vn, torch.tensor([T]))

@@ -116,12 +116,39 @@ def test_a_branch_on_loaded_data_predicts_a_bound_of_both_sides(launched_grids):
     assert set(p.trace[:, 1].tolist()) == {0, 1, 2, 3}
 
 
-def test_an_address_from_loaded_data_is_no_bound(launched_grids):
+def test_an_address_from_loaded_data_is_bounded_by_its_argument(launched_grids):
+    """A DMA at a loaded offset (a KV-cache row at a loaded position) is recorded as its elements anywhere in its
+    argument: an element gather's record."""
     import torch
+
+    from triton_nmp import abi
 
     x, rows = torch.arange(256, dtype=torch.float32), torch.tensor([3, 2, 1, 0], dtype=torch.int32)
     y = torch.empty_like(x)
     k = _copy_from_loaded_row[(4,)](x, y, rows, BLOCK=64)
     assert torch.equal(y.view(4, 64), x.view(4, 64).flip(0))
     p, _ = _predicted(k, launched_grids)
-    assert not p.exact and not p.bound and "loaded data" in p.reason
+    assert not p.exact and p.bound and "address" in p.reason
+    gathers = p.trace[p.trace[:, 0] == abi.KIND_GATHER]
+    assert sorted(gathers[:, 1].tolist()) == [0, 1, 2, 3] and (gathers[:, 2] == 0).all() and (gathers[:, 4] == 64).all()
+    assert (gathers[:, 6] == 1024).all()  # anywhere in x's 1 KiB
+
+
+@triton.jit
+def _count_down(x, y):
+    n = tl.load(x + tl.program_id(0))
+    i = 0
+    while n > 0:
+        n -= 1
+        i += 1
+    tl.store(y + tl.program_id(0), i)
+
+
+def test_a_loop_on_loaded_data_is_no_bound(launched_grids):
+    import torch
+
+    x, y = torch.tensor([2, 0, 5], dtype=torch.int32), torch.zeros(3, dtype=torch.int32)
+    k = _count_down[(3,)](x, y)
+    assert y.tolist() == [2, 0, 5]
+    p, _ = _predicted(k, launched_grids)
+    assert not p.exact and not p.bound and "while" in p.reason

@@ -24,6 +24,13 @@ post-grad graph and replaces it with two Triton kernels, inserted as user-define
 The mask is one buffer for every layer: its strides are fixed once before the calls (`_realized`), else
 Inductor's fixed-stride constraint on user-defined kernels computes it again for each layer.
 
+The step's cache writes are folded in when K and V are `index_put(cache, [None, None, pos], new)` of a static
+cache graph input `[1, G, T, D]` that only the attention reads (and the functionalised copy back into the
+input): `_partial` takes the cache inputs themselves as outputs (`tensors_to_clone`), the program whose chunk
+holds `pos` stores the new rows and uses them in place of the cache's (a negative `pos` counts from the end, one
+outside the cache fails a device assert), and the copy back reads `_partial`'s output, so Inductor's reinplacing
+writes the cache in place, as it did the index_put: two kernels fewer per layer.
+
 The scores follow the graph's own rounding: the bmm's output dtype, the scale applied before or after the cast
 to fp32, the additive mask (any tensor broadcast over heads and positions). The probabilities are not rounded
 to the value dtype before `@ v` (as eager does); the result differs from eager by that rounding.
@@ -73,11 +80,11 @@ def _round(x, DT: tl.constexpr):
 
 
 @triton.jit
-def _partial(q_ptr, k_ptr, v_ptr, mask_ptr, o_ptr, ml_ptr,
-             sq_g, sq_d, sk_g, sk_t, sk_d, sv_g, sv_t, sv_d, smask_g, smask_t, scale,
+def _partial(q_ptr, k_ptr, v_ptr, mask_ptr, o_ptr, ml_ptr, kn_ptr, vn_ptr, pos_ptr,
+             sq_g, sq_d, sk_g, sk_t, sk_d, sv_g, sv_t, sv_d, smask_g, smask_t, skn_g, skn_d, svn_g, svn_d, scale,
              CHUNKS: tl.constexpr, BLOCK_T: tl.constexpr, D: tl.constexpr, REP: tl.constexpr,
              SCORE_DT: tl.constexpr, SCALE_MODE: tl.constexpr, HAS_MASK: tl.constexpr, QROWS: tl.constexpr,
-             PER_PU: tl.constexpr):
+             PER_PU: tl.constexpr, WRITE: tl.constexpr):
     # programs in runs of PER_PU (the blocked mapping of the cache's chunks onto PUs); a run that crosses a
     # head's end is rotated so its earliest positions come first: every PU's first program is its chunk most
     # likely left by the mask (a decode step's chunks past the position do nothing but end a PU's queue)
@@ -91,14 +98,29 @@ def _partial(q_ptr, k_ptr, v_ptr, mask_ptr, o_ptr, ml_ptr,
     gkv = chunk // CHUNKS
     t = c * BLOCK_T + tl.arange(0, BLOCK_T)
     d = tl.arange(0, D)
+    row = c * 0 - 1  # the cache row this program writes (none: -1)
+    kn = tl.zeros([D], k_ptr.dtype.element_ty)
+    vn = tl.zeros([D], v_ptr.dtype.element_ty)
+    if WRITE:  # the step's `cache[:, :, pos] = new` for K and V, by the program whose chunk holds pos
+        pos = tl.load(pos_ptr).to(tl.int32)
+        pos = tl.where(pos < 0, pos + CHUNKS * BLOCK_T, pos)
+        tl.device_assert((pos >= 0) & (pos < CHUNKS * BLOCK_T), "index out of bounds: pos outside the KV cache")
+        if pos // BLOCK_T == c:
+            kn = tl.load(kn_ptr + gkv * skn_g + d * skn_d)
+            vn = tl.load(vn_ptr + gkv * svn_g + d * svn_d)
+            tl.store(k_ptr + gkv * sk_g + pos * sk_t + d * sk_d, kn)
+            tl.store(v_ptr + gkv * sv_g + pos * sv_t + d * sv_d, vn)
+            row = pos
     if REP == 1:  # one query row: vector products (the matrix unit would pad it to 16 rows)
         base = gkv * CHUNKS + c
         add = tl.zeros([BLOCK_T], tl.float32)
         if HAS_MASK:
             add = tl.load(mask_ptr + gkv * smask_g + t * smask_t).to(tl.float32)
         if tl.max(add, 0) > float("-inf"):  # a chunk the mask leaves some position of: K and V are read
-            k = tl.load(k_ptr + gkv * sk_g + t[:, None] * sk_t + d[None, :] * sk_d).to(tl.float32)
-            v = tl.load(v_ptr + gkv * sv_g + t[:, None] * sv_t + d[None, :] * sv_d).to(tl.float32)
+            k = _with_row(tl.load(k_ptr + gkv * sk_g + t[:, None] * sk_t + d[None, :] * sk_d), t, row, kn,
+                          WRITE).to(tl.float32)
+            v = _with_row(tl.load(v_ptr + gkv * sv_g + t[:, None] * sv_t + d[None, :] * sv_d), t, row, vn,
+                          WRITE).to(tl.float32)
             q = tl.load(q_ptr + gkv * sq_g + d * sq_d).to(tl.float32)
             s = _epilogue(tl.sum(k * q[None, :], 1), scale, SCORE_DT, SCALE_MODE) + add
             m = tl.max(s, 0)
@@ -117,8 +139,8 @@ def _partial(q_ptr, k_ptr, v_ptr, mask_ptr, o_ptr, ml_ptr,
             add = tl.load(mask_ptr + g[:, None] * smask_g + t[None, :] * smask_t, mask=r[:, None] < REP,
                           other=float("-inf")).to(tl.float32)
         if tl.max(tl.max(add, 1), 0) > float("-inf"):
-            k = tl.load(k_ptr + gkv * sk_g + t[:, None] * sk_t + d[None, :] * sk_d)
-            v = tl.load(v_ptr + gkv * sv_g + t[:, None] * sv_t + d[None, :] * sv_d)
+            k = _with_row(tl.load(k_ptr + gkv * sk_g + t[:, None] * sk_t + d[None, :] * sk_d), t, row, kn, WRITE)
+            v = _with_row(tl.load(v_ptr + gkv * sv_g + t[:, None] * sv_t + d[None, :] * sv_d), t, row, vn, WRITE)
             q = tl.load(q_ptr + g[:, None] * sq_g + d[None, :] * sq_d, mask=r[:, None] < REP, other=0.0)
             s = _epilogue(tl.dot(q.to(k.dtype), tl.trans(k), input_precision="ieee"), scale, SCORE_DT,
                           SCALE_MODE) + tl.where(r[:, None] < REP, add, 0.0)
@@ -132,6 +154,15 @@ def _partial(q_ptr, k_ptr, v_ptr, mask_ptr, o_ptr, ml_ptr,
             tl.store(ml_ptr + base[:, None] * 2 + two[None, :],
                      tl.where(two[None, :] == 0, float("-inf"), 0.0) + tl.zeros([QROWS, 2], tl.float32),
                      mask=r[:, None] < REP)
+
+
+@triton.jit
+def _with_row(x, t, row, new, WRITE: tl.constexpr):
+    """The chunk `x` ([BLOCK_T, D] rows `t`) with row `row` replaced by `new`: the row this program writes is
+    used as written, without reading back its own store."""
+    if WRITE:
+        x = tl.where(t[:, None] == row, new[None, :], x)
+    return x
 
 
 @triton.jit
@@ -189,6 +220,18 @@ class _Match:
     score_dtype: torch.dtype
     mask: torch.fx.Node | None
     mask_strides: tuple[int, int]  # per flattened head, per position
+    writes: tuple[_CacheWrite, _CacheWrite] | None = None  # K's and V's cache writes, folded into `_partial`
+
+
+@dataclass
+class _CacheWrite:
+    """`index_put(cache, [None, None, pos], new)` of a static cache [1, G, T, D] that the attention reads: the
+    step's row, written by `_partial` (the cache mutated in place, as Inductor reinplaces the index_put)."""
+
+    put: torch.fx.Node
+    cache: torch.fx.Node  # the graph input (a buffer)
+    pos: torch.fx.Node  # one integer position
+    new: torch.fx.Node  # [1, G, 1, D] or [G, 1, D]
 
 
 _REWRITES: list[str] = []
@@ -328,6 +371,9 @@ def _match(pv: torch.fx.Node) -> _Match | None:
     vs = _source(v3, g, t, d, transposed=False)
     if ks is None or vs is None or ks[1] != vs[1]:
         return None
+    kw, vw = _cache_write(ks[0], g // ks[1], t, d), _cache_write(vs[0], g // ks[1], t, d)
+    writes = (kw, vw) if kw is not None and vw is not None and kw.pos is vw.pos and kw.cache is not vw.cache \
+        else None
     mask_strides = (0, 0)
     if mask is not None:
         mval = _val(mask)
@@ -338,7 +384,34 @@ def _match(pv: torch.fx.Node) -> _Match | None:
                 xval.shape).view(g, t).stride()
         except RuntimeError:
             return None
-    return _Match(pv, q3, ks[0], vs[0], ks[1], scale, scale_mode, score_dtype, mask, tuple(mask_strides))
+    return _Match(pv, q3, ks[0], vs[0], ks[1], scale, scale_mode, score_dtype, mask, tuple(mask_strides), writes)
+
+
+def _cache_write(n: torch.fx.Node, gkv: int, t: int, d: int) -> _CacheWrite | None:
+    """`n` as the write of one position into a static cache graph input, whose only other users copy it back
+    into that input (the functionalised in-place write); None otherwise."""
+    if n.target != aten.index_put.default or len(n.args) < 3:
+        return None
+    cache, indices, new = n.args[:3]
+    if (n.args[3] if len(n.args) > 3 else n.kwargs.get("accumulate", False)):
+        return None
+    if not isinstance(cache, torch.fx.Node) or cache.op != "placeholder" or not isinstance(new, torch.fx.Node):
+        return None
+    cval, nval = _val(cache), _val(new)
+    if cval is None or nval is None or tuple(cval.shape) != (1, gkv, t, d) or not cval.is_contiguous():
+        return None
+    if (1,) * (4 - nval.dim()) + tuple(nval.shape) != (1, gkv, 1, d) or nval.dtype != cval.dtype:
+        return None  # the new rows, [1, G, 1, D] or [G, 1, D]
+    if not isinstance(indices, (list, tuple)) or len(indices) != 3 or indices[0] is not None or \
+            indices[1] is not None or not isinstance(indices[2], torch.fx.Node):
+        return None
+    pval = _val(indices[2])
+    if pval is None or pval.numel() != 1 or pval.dim() != 1 or pval.dtype not in (torch.int32, torch.int64):
+        return None
+    others = [u for u in n.users if not (u.target == aten.copy_.default and u.args[0] is cache and u.args[1] is n)]
+    if len(others) != 1:  # the attention's read of the cache, nothing else
+        return None
+    return _CacheWrite(n, cache, indices[2], new)
 
 
 def _reduces(n: Any, target: Any, of: torch.fx.Node) -> bool:
@@ -403,22 +476,38 @@ def _replace(graph: torch.fx.Graph, mt: _Match) -> None:
     with graph.inserting_before(mt.pv):
         o, ml = empty(o_val), empty(ml_val)
         tensors = {"q_ptr": mt.q, "k_ptr": mt.k_src, "v_ptr": mt.v_src, "o_ptr": o, "ml_ptr": ml}
+        consts = {"mask_ptr": None} if mt.mask is None else {}
         if mt.mask is not None:
             tensors["mask_ptr"] = mt.mask
-        consts = {"mask_ptr": None} if mt.mask is None else {}
+        outs = ["o_ptr", "ml_ptr"]
+        skn, svn = (0, 0), (0, 0)
+        if mt.writes is not None:
+            kw, vw = mt.writes
+            tensors.update(k_ptr=kw.cache, v_ptr=vw.cache, kn_ptr=kw.new, vn_ptr=vw.new, pos_ptr=kw.pos)
+            outs += ["k_ptr", "v_ptr"]
+            skn, svn = _val(kw.new).stride(), _val(vw.new).stride()
+            skn, svn = (skn[-3], skn[-1]), (svn[-3], svn[-1])
+        else:
+            consts.update(kn_ptr=None, vn_ptr=None, pos_ptr=None)
         consts.update(sq_g=qval.stride(0), sq_d=qval.stride(2), sk_g=sk[0], sk_t=sk[1], sk_d=sk[2],
                       sv_g=sv[0], sv_t=sv[1], sv_d=sv[2], smask_g=mt.mask_strides[0], smask_t=mt.mask_strides[1],
-                      scale=mt.scale,
+                      skn_g=skn[0], skn_d=skn[1], svn_g=svn[0], svn_d=svn[1], scale=mt.scale,
                       CHUNKS=chunks, BLOCK_T=block_t, D=d, REP=mt.rep, SCORE_DT=_DTYPES[mt.score_dtype],
                       SCALE_MODE=mt.scale_mode, HAS_MASK=mt.mask is not None,
-                      QROWS=max(16, 1 << (mt.rep - 1).bit_length()), PER_PU=-(-chunks * gkv // spec.num_pus))
-        part = hop(_partial, (chunks, gkv, 1), tensors, consts, ["o_ptr", "ml_ptr"])
+                      QROWS=max(16, 1 << (mt.rep - 1).bit_length()), PER_PU=-(-chunks * gkv // spec.num_pus),
+                      WRITE=mt.writes is not None)
+        part = hop(_partial, (chunks, gkv, 1), tensors, consts, outs)
         out = empty(out_val)
         res = hop(_combine, (g, 1, 1), {"o_ptr": part["o_ptr"], "ml_ptr": part["ml_ptr"], "out_ptr": out},
                   {"so_g": out_val.stride(0), "so_d": out_val.stride(2), "CHUNKS": chunks, "D": d}, ["out_ptr"])
+    if mt.writes is not None:  # the cache copied back into its input is `_partial`'s (Inductor reinplaces it)
+        for w, key in zip(mt.writes, ("k_ptr", "v_ptr")):
+            for u in list(w.put.users):
+                if u.target == aten.copy_.default:
+                    u.replace_input_with(w.put, part[key])
     mt.pv.replace_all_uses_with(res["out_ptr"])
     _REWRITES.append(f"decode attention: {g} heads (rep {mt.rep}), {t} positions, head dim {d}, "
-                     f"{chunks} chunks of {block_t} rows")
+                     f"{chunks} chunks of {block_t} rows" + (", K/V cache writes folded in" if mt.writes else ""))
 
 
 def _realized(graph: torch.fx.Graph, mask: torch.fx.Node, shared: dict[torch.fx.Node, torch.fx.Node]) -> torch.fx.Node:
