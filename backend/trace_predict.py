@@ -7,10 +7,10 @@ numpy arrays as values (one lane per program), and emits the same records the co
 Tile compute is never evaluated; a scalar that comes from loaded data is unknown, and if an unknown
 value steers control flow or an address the prediction gives up (`TracePrediction.exact` False).
 
-A branch on loaded data (`if tl.max(mask) > -inf:`, a program that skips work its data makes void) and a DMA
-at an offset from loaded data (a KV-cache row written at a loaded position) are the data dependences followed:
-both sides of such a branch run for every program that reaches it, and such a DMA is recorded as its elements
-anywhere in its argument (an element gather's record), so the records bound what any run issues
+A branch on loaded data (`if tl.max(mask) > -inf:`, a program that skips work its data makes void) and, inside
+one, a DMA at an offset from loaded data (a KV-cache row written at a loaded position) are the data dependences
+followed: both sides of such a branch run for every program that reaches it, and such a DMA is recorded as its
+elements anywhere in its argument (an element gather's record), so the records bound what any run issues
 (`TracePrediction.bound`: every byte a program may move, some it may not). Placement may
 follow a bound (a program goes where its possible bytes live); whatever needs the records a run really issues
 (overwritten bytes, time estimates) keeps to `exact`.
@@ -158,6 +158,7 @@ class _Predictor:
         self.accesses: dict[int, int] = {}  # nmp.vec op -> scratchpad accesses of its loop (codegen's fusion)
         self.blocks_seen: set[tuple[int, int]] = set()
         self.bounded = ""  # why the records are a superset: the first branch on loaded data, else ""
+        self.data_branches = 0  # depth of branches on loaded data around the op being followed
         self.gather_rows = address_tiles(func)  # the only tiles `index_tile` evaluates: a tile holds
         # (programs x elements) integers, evaluating every integer tile of a large launch costs seconds
 
@@ -316,7 +317,8 @@ class _Predictor:
     def dma(self, op: Op, mask: np.ndarray) -> None:
         d = Operands(op)
         root = d.base
-        if d.index is None and (id(d.offset) in self.unknown or (d.guard is not None and id(d.guard) in self.unknown)):
+        if self.data_branches and d.index is None and (
+                id(d.offset) in self.unknown or (d.guard is not None and id(d.guard) in self.unknown)):
             self.bounded_dma(op, d, mask)
             return
         offset = np.asarray(self.val(d.offset), dtype=np.int64)
@@ -389,8 +391,10 @@ class _Predictor:
             rearranged()
 
     def bounded_dma(self, op: Op, d: Operands, mask: np.ndarray) -> None:
-        """A DMA at an offset from loaded data (a KV-cache row at a loaded position), or guarded by loaded data:
-        bounded as its elements anywhere in the argument, each access made (the records of an element gather)."""
+        """A DMA inside a branch on loaded data at an offset from loaded data (a KV-cache row written at a loaded
+        position by the program whose chunk holds it), or guarded by loaded data: bounded as its elements anywhere
+        in the argument, each access made (the records of an element gather). Outside such a branch (a row
+        gather, an embedding lookup) the prediction still gives up: placement keeps its fallback there."""
         self.bounded = self.bounded or f"the address of the access at {op.loc} depends on loaded data"
         t = dma_tile_type(op)
         bounds = [np.clip(np.asarray(self.val(x), dtype=np.int64), 0, n) for x, n in zip(d.bounds, t.shape)]
@@ -462,7 +466,11 @@ class _Predictor:
             lanes = mask & sel
             if not lanes.any():
                 continue
-            still = self.block(region.block.ops[:-1], lanes)
+            self.data_branches += data
+            try:
+                still = self.block(region.block.ops[:-1], lanes)
+            finally:
+                self.data_branches -= data
             out |= still
             y = region.block.ops[-1]
             for r, v in zip(op.results, y.operands):

@@ -87,10 +87,14 @@ def _copy_if_flagged(x, y, flags, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _copy_from_loaded_row(x, y, rows, BLOCK: tl.constexpr):
+def _copy_to_loaded_row(x, y, rows, BLOCK: tl.constexpr):
+    """Program p copies x's row p to y's row rows[p] when that is not negative: a store at a loaded offset, inside
+    a branch on loaded data (as decode attention's KV-cache write)."""
     pid = tl.program_id(0)
     offs = tl.arange(0, BLOCK)
-    tl.store(y + pid * BLOCK + offs, tl.load(x + tl.load(rows + pid) * BLOCK + offs))
+    row = tl.load(rows + pid)
+    if row >= 0:
+        tl.store(y + row * BLOCK + offs, tl.load(x + pid * BLOCK + offs))
 
 
 def _predicted(k, launched_grids):
@@ -116,22 +120,23 @@ def test_a_branch_on_loaded_data_predicts_a_bound_of_both_sides(launched_grids):
     assert set(p.trace[:, 1].tolist()) == {0, 1, 2, 3}
 
 
-def test_an_address_from_loaded_data_is_bounded_by_its_argument(launched_grids):
-    """A DMA at a loaded offset (a KV-cache row at a loaded position) is recorded as its elements anywhere in its
-    argument: an element gather's record."""
+def test_an_address_from_loaded_data_in_a_branch_on_it_is_bounded_by_its_argument(launched_grids):
+    """Inside a branch on loaded data, a DMA at a loaded offset is recorded as its elements anywhere in its
+    argument (an element scatter's record); outside one (an embedding's row gather) there is no bound
+    (tests/test_auto_placement.py: the fallback to round robin)."""
     import torch
 
     from triton_nmp import abi
 
-    x, rows = torch.arange(256, dtype=torch.float32), torch.tensor([3, 2, 1, 0], dtype=torch.int32)
-    y = torch.empty_like(x)
-    k = _copy_from_loaded_row[(4,)](x, y, rows, BLOCK=64)
-    assert torch.equal(y.view(4, 64), x.view(4, 64).flip(0))
+    x, rows = torch.arange(256, dtype=torch.float32), torch.tensor([3, -1, 1, 0], dtype=torch.int32)
+    y = torch.zeros_like(x)
+    k = _copy_to_loaded_row[(4,)](x, y, rows, BLOCK=64)
+    assert torch.equal(y.view(4, 64)[[3, 1, 0]], x.view(4, 64)[[0, 2, 3]]) and not y.view(4, 64)[2].any()
     p, _ = _predicted(k, launched_grids)
-    assert not p.exact and p.bound and "address" in p.reason
-    gathers = p.trace[p.trace[:, 0] == abi.KIND_GATHER]
-    assert sorted(gathers[:, 1].tolist()) == [0, 1, 2, 3] and (gathers[:, 2] == 0).all() and (gathers[:, 4] == 64).all()
-    assert (gathers[:, 6] == 1024).all()  # anywhere in x's 1 KiB
+    assert not p.exact and p.bound and "depends on loaded data" in p.reason
+    scatters = p.trace[p.trace[:, 0] == abi.KIND_SCATTER]
+    assert sorted(scatters[:, 1].tolist()) == [0, 1, 2, 3] and (scatters[:, 3] == 0).all()
+    assert (scatters[:, 4] == 64).all() and (scatters[:, 6] == 1024).all()  # 64 elements anywhere in y's 1 KiB
 
 
 @triton.jit
