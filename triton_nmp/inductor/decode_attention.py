@@ -161,7 +161,8 @@ def _with_row(x, t, row, new, WRITE: tl.constexpr):
     """The chunk `x` ([BLOCK_T, D] rows `t`) with row `row` replaced by `new`: the row this program writes is
     used as written, without reading back its own store."""
     if WRITE:
-        x = tl.where(t[:, None] == row, new[None, :], x)
+        if row >= 0:  # only the writing program pays for the select
+            x = tl.where(t[:, None] == row, new[None, :], x)
     return x
 
 
