@@ -15,18 +15,14 @@ from llvmlite import ir
 
 from triton_nmp.abi import TRACE_WORDS
 
-from .codegen_scalar import I1, I8, I64
+from .codegen_scalar import I64
 from .version import source_hash
 
 PREFIX = "nmp_rt_"
-COPY_ROWS_SIZES = (1, 2, 4, 8)  # element bytes of every storage type
-_I8P = I8.as_pointer()
 TYPES: dict[str, ir.FunctionType] = {
     "trace": ir.FunctionType(I64, [I64.as_pointer()] + [I64] * TRACE_WORDS),
     "watchdog": ir.FunctionType(I64, [I64.as_pointer()]),
     "fail": ir.FunctionType(ir.VoidType(), [I64.as_pointer()] + [I64] * 8),
-    **{f"copy_rows_{e}": ir.FunctionType(ir.VoidType(), [_I8P, I64, I64, I64, I64, I64, I64, I1])
-       for e in COPY_ROWS_SIZES},
 }
 # called on every WATCHDOG_TICKS-th tick / when a check fails
 _ATTRS: dict[str, tuple[str, ...]] = {"watchdog": ("cold",), "fail": ("cold",)}

@@ -1,11 +1,11 @@
 """The runtime library of compiled kernels: the helpers every kernel calls out of line, compiled once
 per process instead of once in every kernel's module.
 
-The helpers: `trace` (append a trace record, growing the buffer), `fail` (record a failed check),
-`copy_rows_<1|2|4|8>` (move the rows of a DMA descriptor between global memory and a tile) and
-`watchdog` (`codegen_watchdog`); their definitions are built in `codegen_runtime`. They are the
-same in every kernel; defined in each module they were about a third of a small kernel's LLVM IR and
-~10 ms of LLVM's optimisation and object emission per kernel (benchmarks/README.md, compile time).
+The helpers: `trace` (append a trace record, growing the buffer), `fail` (record a failed check) and
+`watchdog` (`codegen_watchdog`); their definitions are built in `codegen_runtime`. The row copier of DMA
+descriptors stays in each kernel's module, where its call sites' constants specialise it (`codegen_runtime`).
+The helpers are the same in every kernel; defined in each module they were a large part of a small kernel's
+LLVM IR and of LLVM's time per kernel (benchmarks/README.md, compile time).
 Kernels declare them under versioned names (`runtime_abi`).
 
 Contract: importing this module (the compiler does) registers the library with `simulator.loader`,
