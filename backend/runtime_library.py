@@ -12,7 +12,8 @@ Contract: importing this module (the compiler does) registers the library with `
 which, before it loads the first object that refers to `nmp_rt_` symbols, calls `compile_library()`
 once in this process, keeps the library's code for the life of the process and makes its symbols
 resolvable for every object loaded afterwards. Its object is kept in Triton's cache (keyed by version,
-host CPU and optimisation level); without one it is compiled in process (its IR is fixed and covered by
+host CPU and optimisation level; a cached file that is truncated, foreign or lacks a helper is compiled again and
+replaced, with a warning naming it); without one it is compiled in process (its IR is fixed and covered by
 the tests, so it needs no LLVM worker's crash guard), ~30 ms once, never part of a kernel's compile.
 """
 
@@ -28,7 +29,7 @@ from triton_nmp.simulator import loader
 
 from . import llvm_target
 from .codegen_runtime import build_library
-from .runtime_abi import PREFIX, symbol
+from .runtime_abi import PREFIX, TYPES, symbol
 
 _FILE = "nmp_runtime.o"
 
@@ -41,6 +42,16 @@ def library_ir() -> str:
     return str(module)
 
 
+def _unusable(data: bytes) -> str | None:
+    """Why a cached library object cannot be loaded (a truncated or foreign file, a helper missing), or None."""
+    try:
+        defined = loader.elf_symbols(data).defined
+    except loader.NMPLoadError as e:
+        return str(e)
+    missing = sorted(symbol(n) for n in TYPES if symbol(n) not in defined)
+    return f"it does not define {', '.join(missing)}" if missing else None
+
+
 def compile_library() -> bytes:
     """The library's object code for this host: from Triton's cache, else compiled now and stored there."""
     from triton.runtime.cache import get_cache_manager
@@ -49,7 +60,12 @@ def compile_library() -> bytes:
     cache = get_cache_manager(hashlib.sha256(key.encode()).hexdigest())
     path = cache.get_file(_FILE)
     if path is not None:
-        return Path(path).read_bytes()
+        data = Path(path).read_bytes()
+        problem = _unusable(data)
+        if problem is None:
+            return data
+        warnings.warn(f"triton-nmp: the cached runtime library {path} is unusable ({problem}); compiling it again "
+                      f"and replacing the file", stacklevel=2)
     obj = llvm_target.compile_trusted(library_ir())
     try:
         cache.put(obj, _FILE, binary=True)

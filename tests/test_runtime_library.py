@@ -69,3 +69,28 @@ def test_the_library_object_is_compiled_once_then_read_from_tritons_cache(tmp_pa
     assert loader.elf_symbols(first).functions
     monkeypatch.setattr(llvm_target, "compile_trusted", lambda ir: pytest.fail("compiled again"))
     assert runtime_library.compile_library() == first
+
+
+@pytest.mark.parametrize("damage", ["truncated", "other_object"])
+def test_a_damaged_cached_library_is_compiled_again_and_replaced(tmp_path, monkeypatch, damage):
+    """A truncated cache file, or one that lacks the helpers, would make every kernel load fail: it is rebuilt."""
+    from pathlib import Path
+
+    from triton import knobs
+
+    monkeypatch.setattr(knobs.cache, "dir", str(tmp_path))
+    good = runtime_library.compile_library()
+    (path,) = Path(tmp_path).rglob(runtime_library._FILE)
+    if damage == "truncated":
+        path.write_bytes(good[:100])
+        reason = "truncated or malformed"
+    else:
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        mod = llvm.parse_assembly("define i64 @other() {\n  ret i64 0\n}\n")
+        path.write_bytes(llvm.Target.from_default_triple().create_target_machine().emit_object(mod))
+        reason = f"does not define .*{runtime_abi.symbol('fail')}"
+    with pytest.warns(UserWarning, match=rf"cached runtime library .*nmp_runtime.o is unusable \(.*{reason}.*compiling "
+                                         r"it again and replacing the file"):
+        assert runtime_library.compile_library() == good
+    assert path.read_bytes() == good  # replaced: the next process reads a good file
