@@ -1,8 +1,8 @@
-"""Out-of-line runtime code of a compiled kernel: the native grid loop that runs every program (in the
-kernel's module), and the definitions of the runtime library's helpers (the trace-record appender, the
-row copier of DMA descriptors, the watchdog: `runtime_library`), which a kernel's module only declares.
-Out of line and shared by every call site (and both kernel variants), the IR stays small, which is what
-LLVM's compile time scales with.
+"""Out-of-line runtime code of a compiled kernel: in the kernel's module, the native grid loop that runs every
+program and the row copier of DMA descriptors (`define_copy_rows`, one per element size); and the definitions of
+the runtime library's helpers (the trace-record appender, the failed-check record, the watchdog:
+`runtime_library`), which a kernel's module only declares. Out of line and shared by every call site (and both
+kernel variants), the IR stays small, which is what LLVM's compile time scales with.
 """
 
 from __future__ import annotations
