@@ -93,6 +93,10 @@ class KernelCodegen(ControlFlowCodegen, MemoryCodegen, RuntimeCodegen, LanguageC
         body_ty = ir.FunctionType(I64, [I64.as_pointer()] + [I64] * 6 + [I64.as_pointer()])
         self.fn = ir.Function(self.module, body_ty, f"nmp_body{suffix}_{f.name}")
         self.fn.linkage = "internal"
+        # Not inlined into the grid loop: inlined, LLVM's function simplification ran over the body twice (once
+        # on its own, again inside the grid function), ~30% of the kernel's optimisation time; the one call per
+        # program costs nothing a tile body would notice.
+        self.fn.attributes.add("noinline")
         slots, px, py, pz, nx, ny, nz, ctx = self.fn.args
         self.ctx = ctx
         self.pids = (px, py, pz)
@@ -144,8 +148,8 @@ class KernelCodegen(ControlFlowCodegen, MemoryCodegen, RuntimeCodegen, LanguageC
         if timing_only:
             # Only addresses and trace records: not worth LLVM's optimisation time (compile time matters
             # more than the speed of this already compute-free variant).
+            grid.attributes.add("noinline")
             for fn in (self.fn, grid):
-                fn.attributes.add("noinline")
                 fn.attributes.add("optnone")
         return args_meta
 
