@@ -11,7 +11,9 @@ A branch on loaded data (`if tl.max(mask) > -inf:`, a program that skips work it
 one, a DMA at an offset from loaded data (a KV-cache row written at a loaded position) are the data dependences
 followed: both sides of such a branch run for every program that reaches it, and such a DMA is recorded as its
 elements anywhere in its argument (an element gather's record), so the records bound what any run issues
-(`TracePrediction.bound`: every byte a program may move, some it may not). Placement may
+(`TracePrediction.bound`: every byte a program may move, some it may not). A DMA whose box is bounded by loaded
+data (rows up to a loaded position) is bounded the same way, by its whole tile at the offset its code gives it,
+wherever it sits. Placement may
 follow a bound (a program goes where its possible bytes live); whatever needs the records a run really issues
 (overwritten bytes, time estimates) keeps to `exact`.
 
@@ -332,13 +334,15 @@ class _Predictor:
             rows = np.broadcast_to(rows, (self.prog.size, rows.shape[1]))
             offset = offset + rows[:, 0]
             strides[op.attrs["index_axis"]] = rows[:, 1] - rows[:, 0] if rows.shape[1] > 1 else np.zeros_like(offset)
-        bounds = [np.asarray(self.val(x), dtype=np.int64) for x in d.bounds]
-        rank = len(strides)
-        ok = mask.copy()
-        if d.guard is not None:
-            ok &= np.asarray(self.val(d.guard)) != 0
         t = dma_tile_type(op)
         shape = t.shape
+        bounds = [self.box_bound(op, x, n) for x, n in zip(d.bounds, shape)]
+        rank = len(strides)
+        ok = mask.copy()
+        if d.guard is not None and id(d.guard) not in self.unknown:  # a guard from loaded data: taken (bound)
+            ok &= np.asarray(self.val(d.guard)) != 0
+        elif d.guard is not None:
+            self.bounded = self.bounded or f"the mask of the access at {op.loc} depends on loaded data"
         esize = t.elem_bytes
         valid = [np.clip(bd, 0, n) for bd, n in zip(bounds, shape)]
         for v in valid:
@@ -389,6 +393,14 @@ class _Predictor:
                              np.broadcast_to(flags, (n,))])
         if kind == abi.KIND_DMA_LOAD:
             rearranged()
+
+    def box_bound(self, op: Op, x: Value, n: int) -> np.ndarray:
+        """The extent of a DMA box along one dimension; one from loaded data (rows up to a loaded position) is
+        bounded by the tile's: the box moves at most the whole tile, at the offset the code gives it."""
+        if id(x) not in self.unknown:
+            return np.asarray(self.val(x), dtype=np.int64)
+        self.bounded = self.bounded or f"the mask of the access at {op.loc} depends on loaded data"
+        return np.asarray(n, dtype=np.int64)
 
     def bounded_dma(self, op: Op, d: Operands, mask: np.ndarray) -> None:
         """A DMA inside a branch on loaded data at an offset from loaded data (a KV-cache row written at a loaded

@@ -10,7 +10,7 @@ import torch
 
 import triton_nmp
 from triton_nmp.inductor import decode_attention
-from triton_nmp.inductor.decode_attention import DecodeAttentionPass, chunk_rows, rewrites
+from triton_nmp.inductor.decode_attention import DecodeAttentionPass, chunk_rows, combine_slices, rewrites
 
 T = 256
 
@@ -53,7 +53,8 @@ def test_fp16_decode_attention_is_one_kernel_pair_and_matches_eager(fresh_induct
     rows = chunk_rows(kv_heads, T, 64, 64, 16, 100)
     assert done == [f"decode attention: {heads} heads (rep {heads // kv_heads}), {T} positions, head dim 64, "
                     f"{T // rows} chunks of {rows} rows"]
-    assert kernels.count("_partial") == 1 and kernels.count("_combine") == 1
+    assert kernels.count("_partial_runs" if heads == kv_heads else "_partial") == 1  # one query row: a run per PU
+    assert kernels.count("_combine") == 1
     assert not any("bmm" in k or "softmax" in k for k in kernels)  # Inductor's reductions are gone
     torch.testing.assert_close(out.float(), _decode(q, kc, vc, pos).float(), atol=2e-3, rtol=2e-3)
 
@@ -98,6 +99,12 @@ def test_chunk_rows_fill_every_pu_in_whole_waves():
     assert 4 * 1024 // chunk_rows(4, 1024, 128, 64, 16, 100) >= 64  # Llama's 4 KV heads still fill 64 PUs
 
 
+def test_combine_slices_spread_a_head_over_free_pus():
+    assert combine_slices(12, 64, 64) == 16  # GPT-2: 12 heads x 4 slices of 16 columns on 64 PUs
+    assert combine_slices(16, 128, 64) == 32  # Llama-shaped: 16 heads x 4 slices
+    assert combine_slices(64, 64, 64) == 64 and combine_slices(8, 16, 64) == 16  # no PU free; no slice < 16
+
+
 def test_heads_repeated_in_another_order_are_not_read_as_grouped(fresh_inductor):
     """`repeat` tiles the KV heads (head h reads KV head h % kv_heads), not `repeat_interleave`'s h // rep: the
     replayed view chain must not be taken for grouped heads: the kernels read the materialised repeat (and run
@@ -113,24 +120,32 @@ def test_heads_repeated_in_another_order_are_not_read_as_grouped(fresh_inductor)
     torch.testing.assert_close(out.float(), tiled(q, kc, vc).float(), atol=2e-3, rtol=2e-3)
 
 
-def test_chunks_past_the_position_are_skipped_at_every_position(fresh_inductor):
-    """The mask leaves positions [0, pos]: chunks after pos load neither K nor V (the launch moves less), and the
-    result equals eager at the first position, both sides of a chunk boundary and the last position."""
+def test_rows_past_the_position_are_skipped_at_every_position(fresh_inductor):
+    """The mask leaves positions [0, pos]: K and V rows after pos are not loaded (the launch moves one row of K and
+    V per head more per position), and the result equals eager at the first position, both sides of a chunk
+    boundary and the last position."""
     q, kc, vc = _inputs(12, 12, torch.float16)
     f = torch.compile(_decode, backend="nmp")
     rows = chunk_rows(12, T, 64, 64, 16, 100)
-    moved = {}
+    moved, combined = {}, {}
     for pos in (0, rows - 1, rows, T - 1):
         p = torch.tensor([pos])
         with triton_nmp.profile() as prof:
             out = f(q, kc, vc, p)
         torch.testing.assert_close(out.float(), _decode(q, kc, vc, p).float(), atol=2e-3, rtol=2e-3)
-        part = [r for r in prof.launches if r.kernel == "_partial"]
+        part = [r for r in prof.launches if r.kernel == "_partial_runs"]
         assert len(part) == 1 and part[0].mapping.startswith("auto")  # mapped by the footprint's bound
         moved[pos] = part[0].bytes_local + part[0].bytes_remote
-    kv_chunk = 2 * 12 * rows * 64 * 2  # K and V of one chunk of every head
-    assert moved[0] == moved[rows - 1] and moved[rows] >= moved[0] + kv_chunk
-    assert moved[T - 1] >= moved[0] + (T // rows - 1) * kv_chunk
+        comb = [r for r in prof.launches if r.kernel == "_combine"]
+        assert len(comb) == 1 and comb[0].grid == (12, 64 // combine_slices(12, 64, 64), 1)
+        combined[pos] = comb[0].bytes_local + comb[0].bytes_remote
+    # _combine reads the partial rows of the chunks up to pos's (4 B x 64 columns per chunk of each head)
+    assert combined[rows] - combined[rows - 1] == 12 * 64 * 4 and combined[rows - 1] == combined[0]
+    assert combined[T - 1] - combined[0] == 12 * 64 * 4 * (T // rows - 1)
+    kv_row = 2 * 12 * 64 * 2  # K and V of one position of every head
+    assert moved[rows - 1] - moved[0] == (rows - 1) * kv_row  # one chunk live: exactly the rows up to pos
+    assert moved[rows] - moved[rows - 1] >= kv_row
+    assert (T - 1) * kv_row <= moved[T - 1] - moved[0] < T * kv_row + 12 * (T // rows) * 1024
 
 
 def test_grouped_heads_skip_masked_chunks(fresh_inductor):
@@ -153,7 +168,7 @@ def test_one_mask_kernel_for_every_layer(fresh_inductor):
 
     pos = torch.tensor([70])
     out, done, kernels = _compiled(two_layers, q, kc, vc, pos)
-    assert len(done) == 2 and kernels.count("_partial") == 2
+    assert len(done) == 2 and kernels.count("_partial_runs") == 2
     assert len([k for k in kernels if "masked_fill" in k]) == 1, kernels
     torch.testing.assert_close(out.float(), two_layers(q, kc, vc, pos).float(), atol=2e-3, rtol=2e-3)
 
@@ -185,7 +200,7 @@ def test_cache_writes_are_folded_into_the_attention_kernel(fresh_inductor, heads
         torch.testing.assert_close(out.float(), want.float(), atol=2e-3, rtol=2e-3)
         assert torch.equal(kc1, kc2) and torch.equal(vc1, vc2)
         kernels = [r.kernel for r in prof.launches]
-        assert "_partial" in kernels and not any("index_put" in k for k in kernels), kernels
+        assert any(k.startswith("_partial") for k in kernels) and not any("index_put" in k for k in kernels), kernels
         if pos == rows:
             assert rewrites()[before:] and rewrites()[-1].endswith("K/V cache writes folded in")
 
@@ -196,5 +211,5 @@ def test_a_position_outside_the_cache_is_an_error(fresh_inductor):
     f = torch.compile(_write_and_attend, backend="nmp")
     f(q, kc.clone(), vc.clone(), kn, vn, torch.tensor([3]))
     with pytest.raises(triton_nmp.errors.NMPDeviceAssertError,
-                       match=r"kernel '_partial': device assertion failed \(index out of bounds: pos outside the KV"):
+                       match=r"kernel '_partial(_runs)?': device assertion failed \(index out of bounds: pos outside the KV"):
         f(q, kc.clone(), vc.clone(), kn, vn, torch.tensor([T]))

@@ -140,6 +140,42 @@ def test_an_address_from_loaded_data_in_a_branch_on_it_is_bounded_by_its_argumen
 
 
 @triton.jit
+def _sum_first_rows(x, y, counts, STEPS: tl.constexpr, BLOCK: tl.constexpr):
+    """Program p sums the first counts[p] elements of its row, BLOCK at a time (a KV cache read up to a position)."""
+    pid = tl.program_id(0)
+    n = tl.load(counts + pid)
+    offs = tl.arange(0, BLOCK)
+    acc = tl.zeros([BLOCK], tl.float32)
+    for i in range(STEPS):
+        acc += tl.load(x + pid * STEPS * BLOCK + i * BLOCK + offs, mask=i * BLOCK + offs < n, other=0.0)
+    tl.store(y + pid, tl.sum(acc, 0))
+
+
+def test_a_box_bounded_by_loaded_data_is_bounded_by_its_tile(launched_grids):
+    """A load whose extent comes from data loaded before the loop (rows up to a loaded count) moves at most its
+    whole tile: the prediction is that bound, each record a superset of the real one at the same offset, and the
+    loop's loads stay multi-buffered (prefetched after the first step)."""
+    import torch
+
+    from triton_nmp import abi
+
+    x, counts = torch.arange(512, dtype=torch.float32), torch.tensor([0, 70, 256, 5], dtype=torch.int32)
+    y = torch.zeros(4)
+    k = _sum_first_rows[(4,)](x, y, counts, STEPS=4, BLOCK=32)
+    want = torch.stack([x.view(4, 128)[p, :min(int(c), 128)].sum() for p, c in enumerate(counts)])
+    assert torch.equal(y, want)
+    p, real = _predicted(k, launched_grids)
+    assert not p.exact and p.bound and "mask of the access" in p.reason and "depends on loaded data" in p.reason
+    loads = p.trace[(p.trace[:, 0] == abi.KIND_DMA_LOAD) & (p.trace[:, 2] == 0)]  # x's records
+    assert len(loads) == 16 and (loads[:, 5] == 128).all()  # every step's whole tile, for every program
+    assert (loads[:, 7] & abi.FLAG_PREFETCHED != 0).sum() == 12  # steps 1..3 prefetched
+    moved = real[(real[:, 0] == abi.KIND_DMA_LOAD) & (real[:, 2] == 0)]
+    assert len(moved) == 3 + 4 + 1 and moved[-1, 5] == 20  # program 0 moves nothing; 70 -> 3 steps; 256 -> 4; 5 -> 1
+    predicted = {(r[1], r[3]) for r in loads.tolist()}
+    assert all((r[1], r[3]) in predicted for r in moved.tolist())
+
+
+@triton.jit
 def _count_down(x, y):
     n = tl.load(x + tl.program_id(0))
     i = 0

@@ -18,6 +18,16 @@ post-grad graph and replaces it with two Triton kernels, inserted as user-define
   bounded by the position (the branch is on loaded data: placement follows the footprint's bound, see
   `triton_nmp.footprint`). Programs run in blocks of ceil(programs / PUs), rotated at a head's end so that every
   PU starts with its earliest positions (the live chunks share the first wave);
+* `_partial_runs` (one query row per KV head, the usual case; `_partial` for grouped heads): the same partials
+  from one program per PU, over that PU's run of ceil(chunks / PUs) consecutive chunks (contiguous K and V
+  bytes, so placement still puts them in the PU's bank). It reads its chunks' mask first and takes from it each
+  chunk's bound (one past the last position left); then a loop of one step per chunk loads the K and V rows
+  below the bound (rows past a decode step's position are not moved, a chunk past it loads nothing) and
+  computes the chunk's partial when it has a row left. The loads' bounds come from data loaded before the
+  loop, so the compiler multi-buffers them (a chunk streams in while the previous one computes): the work
+  is bounded by the position without a data-dependent branch around the loads, which in `_partial` keeps the
+  simulator from overlapping any of a program's loads with compute. The partials are stored once, after the
+  loop (a store inside it would end the pipeline stage);
 * `_combine`: one program per query head rescales the chunks' rows by `exp(m_c - m)` and divides by the sum
   (a skipped chunk's row, never written, has weight 0).
 
@@ -27,8 +37,9 @@ Inductor's fixed-stride constraint on user-defined kernels computes it again for
 The step's cache writes are folded in when K and V are `index_put(cache, [None, None, pos], new)` of a static
 cache graph input `[1, G, T, D]` that only the attention reads (and the functionalised copy back into the
 input): `_partial` takes the cache inputs themselves as outputs (`tensors_to_clone`), the program whose chunk
-holds `pos` stores the new rows and uses them in place of the cache's (a negative `pos` counts from the end, one
-outside the cache fails a device assert), and the copy back reads `_partial`'s output, so Inductor's reinplacing
+holds `pos` stores the new rows and uses them in place of the cache's (`_partial_runs`: stores them before its
+loop, whose loads then read them back; a negative `pos` counts from the end, one outside the cache fails a
+device assert), and the copy back reads `_partial`'s output, so Inductor's reinplacing
 writes the cache in place, as it did the index_put: two kernels fewer per layer.
 
 The scores follow the graph's own rounding: the bmm's output dtype, the scale applied before or after the cast
@@ -52,7 +63,7 @@ import triton
 import triton.language as tl
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
-__all__ = ["DecodeAttentionPass", "enabled", "chunk_rows", "rewrites"]
+__all__ = ["DecodeAttentionPass", "enabled", "chunk_rows", "combine_slices", "rewrites"]
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -157,6 +168,77 @@ def _partial(q_ptr, k_ptr, v_ptr, mask_ptr, o_ptr, ml_ptr, kn_ptr, vn_ptr, pos_p
 
 
 @triton.jit
+def _partial_runs(q_ptr, k_ptr, v_ptr, mask_ptr, o_ptr, ml_ptr, kn_ptr, vn_ptr, pos_ptr,
+                  sq_g, sq_d, sk_g, sk_t, sk_d, sv_g, sv_t, sv_d, smask_g, smask_t, skn_g, skn_d, svn_g, svn_d, scale,
+                  CHUNKS: tl.constexpr, BLOCK_T: tl.constexpr, D: tl.constexpr,
+                  SCORE_DT: tl.constexpr, SCALE_MODE: tl.constexpr, HAS_MASK: tl.constexpr,
+                  PER_PU: tl.constexpr, RUN: tl.constexpr, TOTAL: tl.constexpr, WRITE: tl.constexpr):
+    # one program per PU: the run of PER_PU chunks [first, first + run) of the cache (chunk `lin` is head
+    # lin // CHUNKS, rows (lin % CHUNKS) * BLOCK_T...), at most two heads A and B (PER_PU <= CHUNKS)
+    first = tl.program_id(0) * PER_PU
+    run = tl.minimum(PER_PU, TOTAL - first)
+    ga = first // CHUNKS
+    gb = (first + run - 1) // CHUNKS
+    d = tl.arange(0, D)
+    jr = tl.arange(0, RUN)
+    gj = (first + jr) // CHUNKS
+    tj = ((first + jr) % CHUNKS)[:, None] * BLOCK_T + tl.arange(0, BLOCK_T)[None, :]
+    # his[j]: one past chunk j's last position the mask leaves; the loop's loads are bounded by it (data loaded
+    # before the loop: the next rows stream in while this step computes), so past a decode step's position
+    # nothing is moved
+    if HAS_MASK:
+        amask = tl.load(mask_ptr + gj[:, None] * smask_g + tj * smask_t, mask=(jr < run)[:, None],
+                        other=float("-inf")).to(tl.float32)
+        his = tl.max(tl.where(amask > float("-inf"), tj, -1), 1) + 1
+    else:
+        his = tl.where(jr < run, tl.max(tj, 1) + 1, 0)
+    hia = tl.max(tl.where(gj == ga, his, 0), 0)
+    hib = tl.max(tl.where(gj == gb, his, 0), 0)
+    qa = tl.load(q_ptr + ga * sq_g + d * sq_d).to(tl.float32)
+    qb = tl.load(q_ptr + gb * sq_g + d * sq_d).to(tl.float32)
+    if WRITE:  # the step's `cache[:, :, pos] = new` for K and V of heads A and B, when the run holds pos's chunk
+        pos = tl.load(pos_ptr).to(tl.int32)
+        pos = tl.where(pos < 0, pos + CHUNKS * BLOCK_T, pos)
+        tl.device_assert((pos >= 0) & (pos < CHUNKS * BLOCK_T), "index out of bounds: pos outside the KV cache")
+        la = ga * CHUNKS + pos // BLOCK_T
+        if (la >= first) & (la < first + run):
+            tl.store(k_ptr + ga * sk_g + pos * sk_t + d * sk_d, tl.load(kn_ptr + ga * skn_g + d * skn_d))
+            tl.store(v_ptr + ga * sv_g + pos * sv_t + d * sv_d, tl.load(vn_ptr + ga * svn_g + d * svn_d))
+        lb = gb * CHUNKS + pos // BLOCK_T
+        if (gb != ga) & (lb >= first) & (lb < first + run):
+            tl.store(k_ptr + gb * sk_g + pos * sk_t + d * sk_d, tl.load(kn_ptr + gb * skn_g + d * skn_d))
+            tl.store(v_ptr + gb * sv_g + pos * sv_t + d * sv_d, tl.load(vn_ptr + gb * svn_g + d * svn_d))
+    m_t = tl.full([RUN], float("-inf"), tl.float32)
+    den_t = tl.zeros([RUN], tl.float32)
+    acc_t = tl.zeros([RUN, D], tl.float32)
+    for j in range(PER_PU):  # one chunk per step: K and V rows below its bound, one DMA each
+        lin = first + j
+        gkv = lin // CHUNKS
+        t0 = lin % CHUNKS * BLOCK_T
+        lim = tl.where(j < run, tl.where(gkv == ga, hia, hib), 0)
+        ts = t0 + tl.arange(0, BLOCK_T)
+        live = ts < lim
+        k = tl.load(k_ptr + gkv * sk_g + ts[:, None] * sk_t + d[None, :] * sk_d, mask=live[:, None], other=0.0)
+        v = tl.load(v_ptr + gkv * sv_g + ts[:, None] * sv_t + d[None, :] * sv_d, mask=live[:, None], other=0.0)
+        if t0 < lim:  # a chunk the mask leaves some row of (the written row is read back from the cache)
+            sel = jr == j
+            q = tl.where(gkv == ga, qa, qb)
+            s = _epilogue(tl.sum(k.to(tl.float32) * q[None, :], 1), scale, SCORE_DT, SCALE_MODE).to(tl.float32)
+            if HAS_MASK:
+                s += tl.sum(tl.where(sel[:, None], amask, 0.0), 0)
+            m = tl.max(s, 0)
+            p = tl.exp(s - tl.where(m == float("-inf"), 0.0, m))
+            den_t = tl.where(sel, tl.sum(p, 0), den_t)
+            acc_t = tl.where(sel[:, None], tl.sum(p[:, None] * v.to(tl.float32), 0)[None, :], acc_t)
+            m_t = tl.where(sel, m, m_t)
+    # chunk lin's partial is row lin of o and ml (one query row per KV head: lin = head * CHUNKS + chunk)
+    tl.store(o_ptr + (first + jr)[:, None] * D + d[None, :], acc_t, mask=(jr < run)[:, None])
+    two = tl.arange(0, 2)
+    tl.store(ml_ptr + (first + jr)[:, None] * 2 + two[None, :],
+             tl.where(two[None, :] == 0, m_t[:, None], den_t[:, None]), mask=(jr < run)[:, None])
+
+
+@triton.jit
 def _with_row(x, t, row, new, WRITE: tl.constexpr):
     """The chunk `x` ([BLOCK_T, D] rows `t`) with row `row` replaced by `new`: the row this program writes is
     used as written, without reading back its own store."""
@@ -179,18 +261,31 @@ def _epilogue(s, scale, SCORE_DT: tl.constexpr, SCALE_MODE: tl.constexpr):
 
 
 @triton.jit
-def _combine(o_ptr, ml_ptr, out_ptr, so_g, so_d, CHUNKS: tl.constexpr, D: tl.constexpr):
+def _combine(o_ptr, ml_ptr, out_ptr, so_g, so_d, CHUNKS: tl.constexpr, D: tl.constexpr, DS: tl.constexpr):
+    # program (head, slice of DS output columns): the slices of a head spread over PUs; each reads the head's
+    # chunk statistics and only the rows of chunks up to the last one with a position left (a chunk past a
+    # decode step's position was never written and has weight 0)
     g = tl.program_id(0)
     c = tl.arange(0, CHUNKS)
-    d = tl.arange(0, D)
+    d = tl.program_id(1) * DS + tl.arange(0, DS)
     two = tl.arange(0, 2)
     ml = tl.load(ml_ptr + (g * CHUNKS + c[:, None]) * 2 + two[None, :])
     m = tl.max(tl.where(two[None, :] == 0, ml, float("-inf")), 1)
+    live = tl.max(tl.where(m > float("-inf"), c, -1), 0) + 1
     w = tl.exp(m - tl.max(m, 0))
     den = tl.sum(w * tl.sum(tl.where(two[None, :] == 1, ml, 0.0), 1), 0)
-    o = tl.load(o_ptr + (g * CHUNKS + c[:, None]) * D + d[None, :])
+    o = tl.load(o_ptr + (g * CHUNKS + c[:, None]) * D + d[None, :], mask=(c < live)[:, None], other=0.0)
     o = tl.sum(tl.where(w[:, None] > 0, w[:, None] * o, 0.0), 0) / den  # a masked-off chunk's row is not written
     tl.store(out_ptr + g * so_g + d * so_d, o.to(out_ptr.dtype.element_ty))
+
+
+def combine_slices(heads: int, d: int, num_pus: int) -> int:
+    """Output columns per `_combine` program: a head's columns split over up to num_pus // heads PUs, in slices
+    of at least 16 columns (a power of two)."""
+    slices = 1
+    while slices * 2 * heads <= num_pus and d // (slices * 2) >= 16:
+        slices *= 2
+    return d // slices
 
 
 def chunk_rows(kv_groups: int, t: int, d: int, num_pus: int, bytes_per_cycle: float, setup_cycles: float) -> int:
@@ -497,10 +592,19 @@ def _replace(graph: torch.fx.Graph, mt: _Match) -> None:
                       SCALE_MODE=mt.scale_mode, HAS_MASK=mt.mask is not None,
                       QROWS=max(16, 1 << (mt.rep - 1).bit_length()), PER_PU=-(-chunks * gkv // spec.num_pus),
                       WRITE=mt.writes is not None)
-        part = hop(_partial, (chunks, gkv, 1), tensors, consts, outs)
+        per_pu = consts["PER_PU"]
+        if mt.rep == 1 and per_pu <= chunks:  # one program per PU over its run of chunks
+            consts.update(RUN=1 << (per_pu - 1).bit_length(), TOTAL=chunks * gkv)
+            for key in ("QROWS", "REP"):
+                del consts[key]
+            part = hop(_partial_runs, (-(-chunks * gkv // per_pu), 1, 1), tensors, consts, outs)
+        else:
+            part = hop(_partial, (chunks, gkv, 1), tensors, consts, outs)
         out = empty(out_val)
-        res = hop(_combine, (g, 1, 1), {"o_ptr": part["o_ptr"], "ml_ptr": part["ml_ptr"], "out_ptr": out},
-                  {"so_g": out_val.stride(0), "so_d": out_val.stride(2), "CHUNKS": chunks, "D": d}, ["out_ptr"])
+        ds = combine_slices(g, d, spec.num_pus)
+        res = hop(_combine, (g, d // ds, 1), {"o_ptr": part["o_ptr"], "ml_ptr": part["ml_ptr"], "out_ptr": out},
+                  {"so_g": out_val.stride(0), "so_d": out_val.stride(2), "CHUNKS": chunks, "D": d, "DS": ds},
+                  ["out_ptr"])
     if mt.writes is not None:  # the cache copied back into its input is `_partial`'s (Inductor reinplaces it)
         for w, key in zip(mt.writes, ("k_ptr", "v_ptr")):
             for u in list(w.put.users):
