@@ -202,6 +202,30 @@ def test_cache_writes_are_folded_into_the_attention_kernel(fresh_inductor, heads
             assert rewrites()[before:] and rewrites()[-1].endswith("K/V cache writes folded in")
 
 
+@pytest.mark.parametrize("heads", [24, 48])
+def test_runs_of_chunks_across_heads_match_eager(fresh_inductor, heads):
+    """`_partial_runs` with three chunks per PU, runs crossing a head's end (24 heads: 8 chunks of 32 rows per head;
+    48: 4 of 64), so that a run writes pos's row in its second head; the result and the written caches equal
+    eager's at the first row, both sides of a chunk boundary and the last row."""
+    q, kc, vc = _inputs(heads, heads, torch.float16)
+    g = torch.Generator().manual_seed(1)
+    kn, vn = (torch.randn(1, heads, 1, 64, generator=g).to(torch.float16) for _ in range(2))
+    rows = chunk_rows(heads, T, 64, 64, 16, 100)
+    assert -(-(T // rows) * heads // 64) == 3
+    f, attend = torch.compile(_write_and_attend, backend="nmp"), torch.compile(_decode, backend="nmp")
+    for pos in (0, rows - 1, rows, T - 1):
+        p = torch.tensor([pos])
+        kc1, vc1, kc2, vc2 = kc.clone(), vc.clone(), kc.clone(), vc.clone()
+        with triton_nmp.profile() as prof:
+            out = f(q, kc1, vc1, kn, vn, p)
+        torch.testing.assert_close(out.float(), _write_and_attend(q, kc2, vc2, kn, vn, p).float(), atol=2e-3,
+                                   rtol=2e-3)
+        assert torch.equal(kc1, kc2) and torch.equal(vc1, vc2)
+        assert [r.grid for r in prof.launches if r.kernel == "_partial_runs"] == [(64, 1, 1)]
+        torch.testing.assert_close(attend(q, kc, vc, p).float(), _decode(q, kc, vc, p).float(), atol=2e-3,
+                                   rtol=2e-3)
+
+
 def test_a_position_outside_the_cache_is_an_error(fresh_inductor):
     q, kc, vc = _inputs(12, 12, torch.float16)
     kn = vn = torch.zeros(1, 12, 1, 64, dtype=torch.float16)
