@@ -41,6 +41,7 @@ from .codegen_language import LanguageCodegen
 from .codegen_memory import MemoryCodegen
 from .codegen_runtime import RuntimeCodegen
 from .codegen_scalar import F32, F64, I32, I64, compute_type, emit_elementwise, round_to
+from .folding_builder import FoldingBuilder
 from .ir import Module, Op, Value, row_major
 from .loop_cost import run_accesses
 from .nmpir import fused_run_length
@@ -107,7 +108,7 @@ class KernelCodegen(ControlFlowCodegen, MemoryCodegen, RuntimeCodegen, LanguageC
         self.b = ir.IRBuilder(self.entry_block)
         self.alloca_builder = ir.IRBuilder(self.entry_block)
         ir.IRBuilder(self.err_exit).ret(_i64(STATUS_OUT_OF_BOUNDS))
-        b = ir.IRBuilder(start)
+        b = FoldingBuilder(start)
         self.b = b
         args_meta = []
         slot = 0
