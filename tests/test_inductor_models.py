@@ -130,7 +130,22 @@ def test_gemm_candidates_fit_the_scratchpad_and_rank_by_the_model():
     assert (512 // best.block_m) * (768 // best.block_n) >= spec.num_pus // 2
     est = [gemm.estimate(t, 512, 768, 768, 1, 2, 2, "fp16", spec) for t in ranked]
     assert est == sorted(est)
-    assert gemm.tuned_candidates(100) <= 15 and gemm.tuned_candidates(4) == 3
+    picked = gemm.tuned(list(zip(est, ranked)))
+    assert picked[0] == 0 and gemm.MIN_TUNED <= len(picked) <= gemm.MAX_TUNED
+
+
+def test_max_autotune_skips_tiles_the_model_cannot_tell_apart():
+    """`gemm.tuned`: at most MAX_TUNED picks, the best first; a tile differing from a pick only in a deeper
+    buffering (same estimate) is not simulated, nor a single-stage one but the first; past MIN_TUNED only tiles
+    within TUNE_MARGIN of the best."""
+    a2, a3, b, c, far = (gemm.Tile(64, 64, 32, 2), gemm.Tile(64, 64, 32, 3), gemm.Tile(64, 64, 32, 1),
+                         gemm.Tile(32, 64, 32, 2), gemm.Tile(16, 16, 16, 2))
+    assert gemm.tuned([(1.0, a2), (1.0, a3), (1.0, b), (1.05, c), (9.0, far)]) == [0, 3]  # b: one stage
+    assert gemm.tuned([(1.0, b), (1.0, a2), (1.0, a3), (9.0, far)]) == [0, 1]  # the pick may have one stage
+    assert gemm.tuned([(1.0, a2), (1.0, a3), (9.0, far)]) == [0, 2]  # MIN_TUNED even beyond the margin
+    many = [(1.0 + i * 1e-3, gemm.Tile(16 << (i % 4), 16 << (i // 4), 32, 2)) for i in range(12)]
+    assert gemm.tuned(many) == list(range(gemm.MAX_TUNED))
+    assert gemm.tuned([]) == []
 
 
 def test_decode_gemv_tiles_have_one_row_and_fill_every_pu():
@@ -202,10 +217,23 @@ def test_max_autotune_simulates_few_candidates_and_takes_the_fastest(fresh_induc
     sel = choices.gemm_selections()[before:]
     assert len(sel) == 1
     kept, legal = len(sel[0].kept), sel[0].legal
-    assert 1 < kept <= max(3, 0.15 * legal)
+    assert 1 < kept <= min(gemm.MAX_TUNED, 0.15 * legal)
     stats = tuning_stats()
     assert stats.benchmarks >= kept and stats.host_benchmarks == 0
     assert 0 < stats.simulated <= 2 * stats.benchmarks  # one simulation per candidate (+ epilogue fusion)
+
+
+def test_a_simulated_tile_replaces_the_model_pick_only_when_clearly_faster():
+    class Choice:
+        def __init__(self, model_pick: bool) -> None:
+            self.annotations = {choices._MODEL_PICK: True} if model_pick else {}
+
+    nmp, pick, other, foreign = choices.NMPChoices(), Choice(True), Choice(False), Choice(False)
+    within = 1.0 - gemm.SIMULATED_MARGIN / 2
+    assert nmp.override_best_choice(other, {pick: 1.0, other: within}) is pick
+    assert nmp.override_best_choice(other, {pick: 1.0, other: 0.9}) is other
+    assert nmp.override_best_choice(pick, {pick: 1.0, other: 1.5}) is pick
+    assert nmp.override_best_choice(foreign, {foreign: 0.5, other: 0.6}) is foreign  # no tile of the model's
 
 
 def test_profile_of_a_compiled_model_per_inductor_kernel_with_a_trace(tmp_path):
@@ -243,7 +271,8 @@ def test_max_autotune_fuses_an_in_place_epilogue_as_default_mode_does(fresh_indu
 
     x = torch.randn(1, 64, dtype=torch.float16)
     with torch.no_grad():
-        out = torch.compile(mlp, backend="nmp", options={**FRESH, "max_autotune": True})(x)
+        out = torch.compile(mlp, backend="nmp", options={**FRESH, "max_autotune": True,
+                                                          "benchmark_epilogue_fusion": True})(x)
     torch.testing.assert_close(out, mlp(x), atol=2e-3, rtol=2e-3)
     kernels = compiled_graphs()[-1].kernels
     assert len(kernels) == 1 and kernels[0].startswith("triton_tem_fused_addmm_gelu"), kernels

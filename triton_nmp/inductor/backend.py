@@ -29,11 +29,16 @@ from .installation import install
 
 __all__ = ["nmp", "MODES", "config_patches"]
 
+# max-autotune simulates a matmul's few best tiles by the model (`gemm.tuned`) and takes the fastest there and
+# then; it does not defer the choice to benchmark each template with and without its epilogue fused
+# (`benchmark_epilogue_fusion`): as in default mode the epilogue is fused (it saves the output's round trip
+# through the banks and a launch), and each fusion benchmark compiled and ran both variants natively per layer
+_MAX_AUTOTUNE = {"max_autotune": True, "benchmark_epilogue_fusion": False}
 MODES: dict[str, dict[str, Any]] = {
     "default": {},
     "reduce-overhead": {},
-    "max-autotune": {"max_autotune": True},
-    "max-autotune-no-cudagraphs": {"max_autotune": True},
+    "max-autotune": _MAX_AUTOTUNE,
+    "max-autotune-no-cudagraphs": _MAX_AUTOTUNE,
 }
 
 
@@ -72,6 +77,8 @@ def config_patches(mode: str | None, options: dict[str, Any] | None) -> dict[str
 
     patches.update(inductor_patches())
     patches.update(options or {})
+    if patches.get("max_autotune") and "benchmark_epilogue_fusion" not in (options or {}):
+        patches.update(_MAX_AUTOTUNE)  # max_autotune passed as an option tunes as the mode does
     return patches
 
 

@@ -8,13 +8,14 @@ compile workers see).
   graph compiled for one nmp target (or an older triton-nmp) is never served for another.
 * Matmul templates (mm/addmm/bmm/baddbmm): the candidate tiles come from `gemm.candidates` (sized for the
   target's scratchpad and PUs, not triton-cpu's list), are ranked by `gemm.estimate`, and only the best one
-  (default mode) or the best `gemm.tuned_candidates(n)` (max-autotune, which then simulates them) become
+  (default mode) or the few `gemm.tuned` picks of the ranking (max-autotune, which then simulates them) become
   Inductor choices; `max_autotune_gemm_search_space="EXHAUSTIVE"` keeps them all (every legal tile simulated).
   A one-row `mm`/`addmm` (a decode step's GEMV) is also offered our one-row template (`gemv.gemv_template`, tiles
   from `gemm.gemv_candidates`, modelled by `gemm.estimate_gemv`), ranked with the mm template's tiles; it takes
   the mm template's per-op arguments (addmm's bias epilogue, prefix arguments, accumulator type).
-  Every decision is logged in `gemm_selections()` (with the template of each kept choice). `pinned_tile(tile)`
-  makes every matmul compiled inside it use that tile (an mm template `gemm.Tile` or a one-row `gemm.GemvTile`,
+  After simulating, the fastest tile replaces the model's pick only beyond `gemm.SIMULATED_MARGIN`
+  (`override_best_choice`). Every decision is logged in `gemm_selections()` (with the template of each kept
+  choice). `pinned_tile(tile)` makes every matmul compiled inside it use that tile (an mm template `gemm.Tile` or a one-row `gemm.GemvTile`,
   when legal for its shape), e.g. to simulate each candidate of one matmul and check the model's pick.
 * Reductions: the split factor and the block sizes of outer and persistent inner reductions come from
   `reductions` (sized for the PUs and the banks' DMA, not a GPU's threads).
@@ -41,6 +42,7 @@ from . import gemm
 __all__ = ["NMPChoices", "sources_hash", "GemmSelection", "gemm_selections", "pinned_tile"]
 
 _GEMM_OPS = ("mm", "addmm", "bmm", "baddbmm")
+_MODEL_PICK = "nmp_model_pick"  # annotation of the matmul choice the cost model ranked first
 
 
 @functools.cache
@@ -263,19 +265,27 @@ class NMPChoices(InductorChoices):
         scored = sorted((scored_choice(i, c) for i, c in enumerate(ktcs)),
                         key=lambda e: (e[0], isinstance(e[1], gemm.GemvTile), astuple(e[1])))
         if inductor_config.max_autotune_gemm_search_space == "EXHAUSTIVE":
-            keep = len(scored)  # simulate every legal candidate (to check the model's choice)
+            kept = scored  # simulate every legal candidate (to check the model's choice)
         elif inductor_config.max_autotune:
-            keep = gemm.tuned_candidates(len(scored))
+            kept = [scored[j] for j in gemm.tuned([(s, t) for s, t, _ in scored])]
         else:
-            keep = 1
-        kept = scored[:keep]
+            kept = scored[:1]
         if _PINNED:
             kept = [e for e in scored if e[1] == _PINNED[-1]] or kept
+        ktcs[kept[0][2]].annotations[_MODEL_PICK] = True  # see `override_best_choice`
         _SELECTIONS.append(GemmSelection(
             op_name, m, n, k, batch, dname, len(scored),
             [_tile_kwargs(t) for _, t, _ in kept], [s * 1e6 for s, _, _ in kept],
             ["nmp_gemv" if isinstance(t, gemm.GemvTile) else "mm" for _, t, _ in kept]))
         return [ktcs[i] for _, _, i in kept]
+
+    def override_best_choice(self, best_choice: Any, timings: dict) -> Any:
+        """Of a matmul's simulated tiles, the fastest replaces the model's pick only when it is faster by more than
+        `gemm.SIMULATED_MARGIN` (`gemm.prefer_simulated`: each was simulated alone, before fusion)."""
+        pick = next((c for c in timings if getattr(c, "annotations", {}).get(_MODEL_PICK)), None)
+        if pick is None or pick is best_choice or best_choice not in timings:
+            return best_choice
+        return best_choice if gemm.prefer_simulated(timings[pick], timings[best_choice]) else pick
 
     @staticmethod
     def reduction_split_factor(device: Any, reduction_numel_hint: int, numel_hint: int, inner_reduction: bool) -> int:

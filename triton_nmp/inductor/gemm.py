@@ -14,7 +14,19 @@ unit's MACs at the dtype's rate (the first step's panels are not overlapped; a c
 transposed by the vector unit), times the waves of programs over the PUs (when two copies of the tiles fit, the
 grid loop is pipelined: after a PU's first program only transfers and compute count), plus the launch
 overhead.
-Default mode compiles the top candidate only; max-autotune simulates the top `tuned_candidates(n)`.
+Default mode compiles the top candidate only; max-autotune simulates the few `tuned()` picks from the ranking: the
+best, then the next ones modelled within `TUNE_MARGIN` of it, at most `MAX_TUNED` (at least `MIN_TUNED`), skipping a
+tile the model cannot tell from one already picked (the same tile with another `num_stages` > 1 and the same
+estimate: it only deepens the buffering of a loop whose DMA the model already counts overlapped), and a single-stage
+tile unless it is the model's pick (alone it can win by leaving room to pipeline the grid loop, but a prologue or
+epilogue fused into the template afterwards takes that room and its K loop's DMA is then exposed: GPT-2's LM head
+128x128x64x1 simulated 2.5% faster alone than the pick 128x128x32x2, 60% slower fused in the model). Every simulated
+candidate costs a compile and a native run on the host (GPT-2's LM head: seconds each), and max-autotune used to
+simulate 12% of the legal tiles (39 of 319 for each 512-row matmul): that was most of a cold compile's 345 s.
+A simulated tile replaces the model's pick only when it is more than `SIMULATED_MARGIN` faster
+(`prefer_simulated`): the template is simulated alone, before the prologue or epilogue that fuses into it (a layer
+norm's per-K-step loads) and on fresh tensors laid out for that tile; smaller differences are within what those
+change (GPT-2's LM head: 128x128x16 simulated 0.8% faster than the pick 128x128x32 alone, 4% slower fused).
 
 A one-row matmul (a decode step's GEMV, `mm`/`addmm` with M == 1) also gets the tiles of our own one-row template
 (`gemv.gemv_template`: program p of ceil(N / share) computes the `share` = ceil(N / num_pus) output columns from
@@ -33,12 +45,14 @@ programs for 64 PUs (QKV 7.8 -> 5.1 us, LM head 108 -> 84 us per launch; benchma
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from triton_nmp.target import TargetSpec
 
 __all__ = ["Tile", "GemvTile", "candidates", "estimate", "estimate_gemv", "gemv_candidates", "gemv_share",
-           "gemv_spm_bytes", "rank", "spm_bytes", "tuned_candidates", "TUNE_FRACTION"]
+           "gemv_spm_bytes", "rank", "spm_bytes", "tuned", "prefer_simulated", "MAX_TUNED", "MIN_TUNED",
+           "TUNE_MARGIN", "SIMULATED_MARGIN"]
 
 BLOCKS_MN = (16, 32, 64, 128, 256)
 BLOCKS_K = (16, 32, 64, 128, 256)
@@ -46,8 +60,10 @@ STAGES = (1, 2, 3)
 # a one-row tile is thin: a program's whole share can be one block, and long K steps pay fewer DMA setups
 GEMV_BLOCKS_N = (16, 32, 64, 128, 256, 512, 1024)
 GEMV_BLOCKS_K = (32, 64, 128, 256, 512, 1024, 2048, 4096)
-TUNE_FRACTION = 0.12  # max-autotune simulates this fraction of the legal candidates (at least MIN_TUNED)
-MIN_TUNED = 3
+MAX_TUNED = 4  # max-autotune simulates at most this many candidates of a matmul ...
+MIN_TUNED = 2  # ... at least this many (when legal) ...
+TUNE_MARGIN = 0.15  # ... and beyond MIN_TUNED only those modelled within this fraction of the best
+SIMULATED_MARGIN = 0.02  # a simulated tile must beat the model's pick by this fraction to replace it
 
 
 @dataclass(frozen=True, order=True)
@@ -220,6 +236,29 @@ def estimate_gemv(t: GemvTile, n: int, k: int, in_bytes: int, out_bytes: int, dt
     return spec.cycles_to_seconds(cycles) + spec.launch_overhead_us * 1e-6
 
 
-def tuned_candidates(n_legal: int) -> int:
-    """How many of `n_legal` ranked candidates max-autotune simulates."""
-    return min(n_legal, max(MIN_TUNED, math.ceil(TUNE_FRACTION * n_legal)))
+def _stage_free(t: Tile | GemvTile) -> Tile | GemvTile:
+    """`t` with its buffering depth folded: the tiles the model tells apart only by `num_stages` > 1."""
+    return replace(t, num_stages=min(t.num_stages, 2))
+
+
+def tuned(ranked: Sequence[tuple[float, Tile | GemvTile]]) -> list[int]:
+    """Indices into `ranked` ((modelled seconds, tile), fastest first) of the candidates max-autotune simulates
+    (see the module docstring)."""
+    if not ranked:
+        return []
+    best = ranked[0][0]
+    picked: list[int] = []
+    seen: set[tuple[float, Tile | GemvTile]] = set()
+    for i, (seconds, tile) in enumerate(ranked):
+        if len(picked) >= MAX_TUNED or (len(picked) >= MIN_TUNED and seconds > best * (1 + TUNE_MARGIN)):
+            break
+        key = (seconds, _stage_free(tile))
+        if key not in seen and (tile.num_stages > 1 or not picked):
+            seen.add(key)
+            picked.append(i)
+    return picked
+
+
+def prefer_simulated(pick_seconds: float, best_seconds: float) -> bool:
+    """Whether the fastest simulated candidate (`best_seconds`) replaces the model's pick (`pick_seconds`)."""
+    return best_seconds < pick_seconds * (1 - SIMULATED_MARGIN)

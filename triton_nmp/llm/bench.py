@@ -416,7 +416,7 @@ def tile_timing_saver(timings: dict[tuple[int, int, int, int], float]):
 
 def choice_check(model_name: str, dtype_name: str, tokens: int) -> list[dict]:
     """Simulate every legal tile of each of one layer's matmuls (EXHAUSTIVE), and compare the best of all with
-    the best among the candidates max-autotune would simulate (the cost model's top `tuned_candidates`)."""
+    the best among the candidates max-autotune would simulate (`gemm.tuned`: the cost model's few best)."""
     import torch
     from torch._inductor import select_algorithm
 
@@ -441,8 +441,9 @@ def choice_check(model_name: str, dtype_name: str, tokens: int) -> list[dict]:
             select_algorithm.clear_feedback_savers()
         size = dtype.itemsize
         legal = gemm.candidates(m, n, k, size, size, spec)
-        ranked = gemm.rank(legal, m, n, k, 1, size, size, DTYPES[dtype_name], spec)
-        top = ranked[:gemm.tuned_candidates(len(ranked))]
+        scored = sorted((gemm.estimate(t, m, n, k, 1, size, size, DTYPES[dtype_name], spec), t) for t in legal)
+        ranked = [t for _, t in scored]
+        top = [ranked[i] for i in gemm.tuned(scored)]
         measured = {t: timings.get((t.block_m, t.block_n, t.block_k, t.num_stages)) for t in legal}
         if not any(v is not None for v in measured.values()):
             raise RuntimeError(
@@ -450,7 +451,9 @@ def choice_check(model_name: str, dtype_name: str, tokens: int) -> list[dict]:
                 f"{m}x{k}x{n} matmul ({len(timings)} timed choices; their log_info did not match our tiles): "
                 "check that Inductor's choices log a 'tile_shape' (BLOCK_M, BLOCK_K, BLOCK_N)")
         best = min(v for v in measured.values() if v is not None)
-        picked = min(v for t in top if (v := measured[t]) is not None)
+        fastest = min(v for t in top if (v := measured[t]) is not None)
+        pick = measured[ranked[0]]  # what Inductor keeps unless a simulated tile is clearly faster
+        picked = fastest if pick is None or gemm.prefer_simulated(pick, fastest) else pick
         rows.append({"m": m, "k": k, "n": n, "legal": len(legal), "simulated_by_tuning": len(top),
                      "best_ms": best, "tuned_ms": picked, "default_ms": measured[ranked[0]]})
     return rows
