@@ -15,8 +15,9 @@ compile workers see).
   the mm template's per-op arguments (addmm's bias epilogue, prefix arguments, accumulator type).
   After simulating, the fastest tile replaces the model's pick only beyond `gemm.SIMULATED_MARGIN`
   (`override_best_choice`). Every decision is logged in `gemm_selections()` (with the template of each kept
-  choice). `pinned_tile(tile)` makes every matmul compiled inside it use that tile (an mm template `gemm.Tile` or a one-row `gemm.GemvTile`,
-  when legal for its shape), e.g. to simulate each candidate of one matmul and check the model's pick.
+  choice). `pinned_tile(tile)` makes every matmul compiled inside it use that tile (an mm template `gemm.Tile` or
+  a one-row `gemm.GemvTile`, when legal for its shape), e.g. to simulate each candidate of one matmul and check the
+  model's pick.
 * Reductions: the split factor and the block sizes of outer and persistent inner reductions come from
   `reductions` (sized for the PUs and the banks' DMA, not a GPU's threads).
 """
