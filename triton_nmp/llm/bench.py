@@ -77,7 +77,8 @@ class RunResult:
     tuning_simulated: int
     tuning_benchmarks: int
     gemm_legal: int = 0
-    gemm_kept: int = 0
+    gemm_kept: int = 0  # matmul choices offered to Inductor, every call counted (12 layers: 12 times)
+    gemm_kept_distinct: int = 0  # ... once per distinct matmul (Inductor simulates each only once)
     extra: dict = field(default_factory=dict)
 
     @property
@@ -185,7 +186,13 @@ def worker(model_name: str, mode: str, dtype_name: str, prompt_len: int, cache: 
     del copy
     return RunResult(model_name, mode, dtype_name, prompt_len, cache, prefill, decode, t1 - t0, t2 - t1, t4 - t3,
                      t5 - t4, start_to_logits, build_seconds, stats.simulated, stats.benchmarks,
-                     sum(s.legal for s in sel), sum(len(s.kept) for s in sel), extra)
+                     sum(s.legal for s in sel), sum(len(s.kept) for s in sel), _distinct_kept(sel), extra)
+
+
+def _distinct_kept(selections: list) -> int:
+    """Matmul choices offered to Inductor, counted once per distinct (op, shape, dtype)."""
+    distinct = {(s.op, s.m, s.n, s.k, s.batch, s.dtype): len(s.kept) for s in selections}
+    return sum(distinct.values())
 
 
 def floor_seconds(model_name: str, dtype_name: str, tokens: int, attended: int, cache: int) -> tuple[float, float]:
@@ -360,7 +367,8 @@ def run(args: argparse.Namespace) -> int:
                   flush=True)
     print(report(results))
     for r in results:
-        print(f"{r.model}/{r.mode}: matmul candidates legal {r.gemm_legal}, compiled {r.gemm_kept}; "
+        print(f"{r.model}/{r.mode}: matmul candidates legal {r.gemm_legal}, offered {r.gemm_kept} "
+              f"({r.gemm_kept_distinct} for distinct matmuls); "
               f"tuning simulated {r.tuning_simulated} launches in {r.tuning_benchmarks} benchmarks; "
               f"warm process: {r.extra['warm_tuning_simulated']}, weights loaded in {r.extra['warm_build']:.2f} s "
               f"(built in {r.build_seconds:.2f} s cold); "
