@@ -158,10 +158,10 @@ def test_a_compile_worker_leaves_the_kernel_ir_for_the_launching_process(tmp_pat
     from triton_nmp.backend.trace_predict import predict_trace
 
     monkeypatch.setitem(sys.modules, "torch._inductor.compile_worker.utils", _InCompileWorker)
-    _launch()  # compiled "in a worker": the nmpir is pickled next to the kernel
-    (pkl,) = sorted((tmp_path / "triton").rglob("_scale_add.nmpir.pkl"))
+    _launch()  # compiled "in a worker": the nmpir is pickled into the kernel's metadata
     meta = next(iter(_scale_add.device_caches.values()))[0]
     meta = next(iter(meta.values())).metadata
+    assert getattr(meta, footprint.METADATA_FIELD)
     compiled_here = footprint.kernel_func(meta)
     with footprint._lock:
         footprint._funcs.clear()  # the launching process: nothing compiled here
@@ -171,14 +171,20 @@ def test_a_compile_worker_leaves_the_kernel_ir_for_the_launching_process(tmp_pat
 
     lower = pipeline.compile_ttir
     monkeypatch.setattr(pipeline, "compile_ttir", no_lowering)
+    # Inductor's fresh_cache() / force_disable_caches compile into a temporary Triton cache and restore the old
+    # one before the first launch: nothing of the kernel is in the cache the launching process sees
+    monkeypatch.setattr(knobs.cache, "dir", str(tmp_path / "another_cache"))
     loaded = footprint.kernel_func(meta)
     args = dict(scalars={"n": 20_000}, spans={"x_ptr": 80_000, "y_ptr": 80_000, "out_ptr": 80_000}, grid=(40, 1, 1))
     assert np.array_equal(predict_trace(loaded, **args).trace, predict_trace(compiled_here, **args).trace)
 
-    pkl.write_bytes(b"not a pickle")  # an unreadable file: reported, and the TTIR is lowered instead
+    # an unreadable pickle: reported, and the TTIR (back in the kernel's cache) is lowered instead
+    broken = meta._replace(**{footprint.METADATA_FIELD: "bm90IGEgcGlja2xl"})
+    monkeypatch.setattr(knobs.cache, "dir", str(tmp_path / "triton"))
     monkeypatch.setattr(pipeline, "compile_ttir", lower)
     with footprint._lock:
         footprint._funcs.clear()
-    with pytest.warns(UserWarning, match=r"ignoring the unreadable kernel IR cache file .*_scale_add\.nmpir\.pkl"):
-        again = footprint.kernel_func(meta)
+    with pytest.warns(UserWarning, match=r"ignoring the unreadable kernel IR in the metadata of kernel '_scale_add' "
+                                         r"\(field nmp_nmpir_pickle: error: .*lowering the kernel's TTIR again"):
+        again = footprint.kernel_func(broken)
     assert np.array_equal(predict_trace(again, **args).trace, predict_trace(compiled_here, **args).trace)

@@ -12,8 +12,8 @@ as it follows an exact footprint (programs go where the bytes they may move live
 a run really moves (bytes a launch overwrites) keeps to exact footprints.
 
 The nmpir of a kernel comes from the compile in this process (`register_kernel`, called by the nmpir
-stage) or, for a kernel compiled by one of Inductor's compile workers, from the pickle the worker left
-next to it in Triton's cache, or else (any other kernel loaded from Triton's cache or compiled by another
+stage) or, for a kernel compiled by one of Inductor's compile workers, from the pickle the worker put in
+the kernel's metadata, or else (any other kernel loaded from Triton's cache or compiled by another
 process) from the TTIR in Triton's cache, lowered again (once per kernel and process).
 
 Predictions are also kept on disk, next to the kernel in Triton's cache (`<name>.footprint-<key>.npz`), so a
@@ -26,6 +26,7 @@ wrong contents, a CRC error) is reported with a warning naming it and predicted 
 
 from __future__ import annotations
 
+import base64
 import functools
 import hashlib
 import io
@@ -34,6 +35,7 @@ import struct
 import sys
 import threading
 import warnings
+import zlib
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -47,7 +49,7 @@ from triton_nmp.side_cache import SideCache
 __all__ = ["Footprint", "register_kernel", "kernel_func", "launch_footprint"]
 
 _MAX_CACHED = 512
-_PICKLE = ".nmpir.pkl"
+METADATA_FIELD = "nmp_nmpir_pickle"  # set by compile workers only, see register_kernel
 _FILES = SideCache("footprint", "npz", "footprint", "prediction", "predicting the launch's footprint again")
 
 
@@ -73,41 +75,40 @@ _footprints: OrderedDict[Any, Footprint] = OrderedDict()
 
 def register_kernel(metadata: dict, func: Any) -> None:
     """Remember the nmpir of a kernel compiled in this process (the nmpir stage calls this). In one of
-    Inductor's compile workers it is also pickled next to the kernel in Triton's cache (`<name>.nmpir.pkl`):
+    Inductor's compile workers it is also pickled into the kernel's metadata (`METADATA_FIELD`, zlib + base64):
     the process that launches the kernel then loads it (<1 ms) instead of lowering the TTIR again (20-90 ms
-    per kernel, at its first launch: part of a model's cold compile)."""
+    per kernel, at its first launch: part of a model's cold compile). The metadata travels with the kernel
+    wherever Inductor or Triton's cache take it; a file next to the kernel did not: Inductor's
+    `force_disable_caches` and `fresh_cache()` compile into a temporary Triton cache and restore the old one
+    before the first launch, which then found neither pickle nor TTIR and mapped every kernel round robin."""
     kernel_hash = metadata.get("hash", "")
     if not kernel_hash:
         return
     with _lock:
         _funcs[kernel_hash] = func
     workers = sys.modules.get("torch._inductor.compile_worker.utils")
-    if workers is None or workers.in_toplevel_process() or not metadata.get("name"):
+    if workers is None or workers.in_toplevel_process():
         return
-    from triton.runtime.cache import get_cache_manager
-
     try:
-        data = pickle.dumps(func, protocol=pickle.HIGHEST_PROTOCOL)
-        get_cache_manager(kernel_hash).put(data, f"{metadata['name']}{_PICKLE}", binary=True)
-    except (OSError, RecursionError, pickle.PicklingError):  # the launching process lowers the TTIR instead
-        pass
+        data = zlib.compress(pickle.dumps(func, protocol=pickle.HIGHEST_PROTOCOL), 1)
+    except (RecursionError, pickle.PicklingError):  # the launching process lowers the TTIR instead
+        return
+    metadata[METADATA_FIELD] = base64.b64encode(data).decode("ascii")
 
 
-def _pickled(h: str, name: str) -> Any:
-    """The nmpir a compile worker pickled for this kernel, or None (no file, or one that does not load)."""
-    from triton.runtime.cache import get_cache_manager
-
-    path = get_cache_manager(h).get_file(f"{name}{_PICKLE}")
-    if path is None:
+def _pickled(metadata: Any) -> Any:
+    """The nmpir a compile worker pickled into this kernel's metadata, or None (none, or one that does not
+    load: reported)."""
+    text = metadata_value(metadata, METADATA_FIELD)
+    if not text:
         return None
     try:
-        with open(path, "rb") as f:
-            return pickle.load(f)
-    except Exception as e:  # noqa: BLE001 - any unreadable file: lower the TTIR instead
-        warnings.warn(f"triton-nmp: ignoring the unreadable kernel IR cache file {path} ({type(e).__name__}: {e}); "
+        return pickle.loads(zlib.decompress(base64.b64decode(text, validate=True)))
+    except Exception as e:  # noqa: BLE001 - anything unreadable: lower the TTIR instead
+        warnings.warn(f"triton-nmp: ignoring the unreadable kernel IR in the metadata of kernel "
+                      f"'{metadata_value(metadata, 'name')}' (field {METADATA_FIELD}: {type(e).__name__}: {e}); "
                       "lowering the kernel's TTIR again", stacklevel=3)
         return None
-
 
 
 def _from_cache(metadata: Any) -> Any:
@@ -121,7 +122,7 @@ def _from_cache(metadata: Any) -> Any:
     h, name = metadata_value(metadata, "hash"), metadata_value(metadata, "name")
     if not h or not name:
         return None
-    func = _pickled(h, name)
+    func = _pickled(metadata)
     if func is not None:
         return func
     path = get_cache_manager(h).get_file(f"{name}.ttir")
