@@ -12,6 +12,8 @@ operand's width and emit no flags); only scalar integers are folded, never float
 
 from __future__ import annotations
 
+import operator
+
 from llvmlite import ir
 
 _CMP = {
@@ -37,66 +39,32 @@ def _const(ty: ir.IntType, x: int) -> ir.Constant:
     return ir.Constant(ty, x & 1 if ty.width == 1 else _signed(x, ty.width))
 
 
+# op: (fold of two constants, identity as right operand, identity as left operand, absorbing constant)
+_BINOPS = {
+    "add": (operator.add, 0, 0, None),
+    "sub": (operator.sub, 0, None, None),
+    "mul": (operator.mul, 1, 1, 0),
+    "and_": (operator.and_, -1, -1, 0),
+    "or_": (operator.or_, 0, 0, None),
+    "xor": (operator.xor, None, None, None),
+}
+
+
 class FoldingBuilder(ir.IRBuilder):
     """`ir.IRBuilder` with integer constant folding and identities (see the module docstring)."""
 
-    def add(self, lhs, rhs, name="", flags=()):
+    def _binop(self, op: str, lhs, rhs, name: str, flags):
+        fold, right_identity, left_identity, absorbing = _BINOPS[op]
         a, b = (None, None) if flags else (_int(lhs), _int(rhs))
         if a is not None and b is not None:
-            return _const(lhs.type, a + b)
-        if b == 0:
+            return _const(lhs.type, fold(a, b))
+        if b is not None and b == right_identity:
             return lhs
-        if a == 0:
+        if a is not None and a == left_identity:
             return rhs
-        return super().add(lhs, rhs, name, flags)
-
-    def sub(self, lhs, rhs, name="", flags=()):
-        a, b = (None, None) if flags else (_int(lhs), _int(rhs))
-        if a is not None and b is not None:
-            return _const(lhs.type, a - b)
-        if b == 0:
-            return lhs
-        return super().sub(lhs, rhs, name, flags)
-
-    def mul(self, lhs, rhs, name="", flags=()):
-        a, b = (None, None) if flags else (_int(lhs), _int(rhs))
-        if a is not None and b is not None:
-            return _const(lhs.type, a * b)
-        if b == 1:
-            return lhs
-        if a == 1:
-            return rhs
-        if a == 0 or b == 0:
-            return _const(lhs.type, 0)
-        return super().mul(lhs, rhs, name, flags)
-
-    def and_(self, lhs, rhs, name="", flags=()):
-        a, b = (None, None) if flags else (_int(lhs), _int(rhs))
-        if a is not None and b is not None:
-            return _const(lhs.type, a & b)
-        if b == -1:
-            return lhs
-        if a == -1:
-            return rhs
-        if a == 0 or b == 0:
-            return _const(lhs.type, 0)
-        return super().and_(lhs, rhs, name, flags)
-
-    def or_(self, lhs, rhs, name="", flags=()):
-        a, b = (None, None) if flags else (_int(lhs), _int(rhs))
-        if a is not None and b is not None:
-            return _const(lhs.type, a | b)
-        if b == 0:
-            return lhs
-        if a == 0:
-            return rhs
-        return super().or_(lhs, rhs, name, flags)
-
-    def xor(self, lhs, rhs, name="", flags=()):
-        a, b = (None, None) if flags else (_int(lhs), _int(rhs))
-        if a is not None and b is not None:
-            return _const(lhs.type, a ^ b)
-        return super().xor(lhs, rhs, name, flags)
+        if absorbing is not None and absorbing in (a, b):
+            return _const(lhs.type, absorbing)
+        return getattr(super(), op)(lhs, rhs, name, flags)
 
     def icmp_signed(self, cmpop, lhs, rhs, name=""):
         a, b = _int(lhs), _int(rhs)
@@ -134,3 +102,15 @@ class FoldingBuilder(ir.IRBuilder):
         if a is not None and isinstance(typ, ir.IntType):
             return _const(typ, a & ((1 << value.type.width) - 1))
         return super().zext(value, typ, name)
+
+
+def _folding_binop(op: str):
+    def method(self, lhs, rhs, name="", flags=()):
+        return self._binop(op, lhs, rhs, name, flags)
+
+    method.__name__ = method.__qualname__ = op
+    return method
+
+
+for _op in _BINOPS:  # add, sub, mul, and_, or_, xor: each folds through FoldingBuilder._binop
+    setattr(FoldingBuilder, _op, _folding_binop(_op))
