@@ -24,7 +24,7 @@ import torch
 from triton_nmp.driver.launch_graph import LaunchGraph
 from triton_nmp.errors import NMPError
 
-from . import graphs
+from . import graphs, norm_gemv
 from .installation import install
 
 __all__ = ["nmp", "MODES", "config_patches"]
@@ -99,6 +99,9 @@ def nmp(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str | None = 
 
     install()
     _check_inputs(example_inputs)
+    # one-row linear(layer_norm(x)) as one GEMV with the norm inside (norm_gemv.py), before AOTAutograd decomposes it
+    norm_gemv.register_lowering()
+    norm_gemv.rewrite(gm, list(example_inputs))
     patches = config_patches(mode, options)
     record = graphs.CompiledGraph(dynamo_graph=gm, example_inputs=list(example_inputs), mode=mode or "default")
     # A graph AOTAutograd's cache serves loads its kernels from Triton's cache and compiles nothing, yet Inductor

@@ -77,6 +77,15 @@ def gemm_selections() -> list[GemmSelection]:
     return list(_SELECTIONS)
 
 
+def record_selection(op: str, m: int, n: int, k: int, batch: int, dtype: str, legal: int,
+                     kept: list[tuple[float, gemm.Tile | gemm.GemvTile]], gemv_name: str = "nmp_gemv") -> None:
+    """Log one matmul's choice (`kept`: (modelled seconds, tile) of each choice kept; a one-row tile is of the
+    template `gemv_name`) in `gemm_selections()`."""
+    _SELECTIONS.append(GemmSelection(
+        op, m, n, k, batch, dtype, legal, [_tile_kwargs(t) for _, t in kept], [s * 1e6 for s, _ in kept],
+        [gemv_name if isinstance(t, gemm.GemvTile) else "mm" for _, t in kept]))
+
+
 _PINNED: list[gemm.Tile | gemm.GemvTile] = []
 
 
@@ -274,10 +283,7 @@ class NMPChoices(InductorChoices):
         if _PINNED:
             kept = [e for e in scored if e[1] == _PINNED[-1]] or kept
         ktcs[kept[0][2]].annotations[_MODEL_PICK] = True  # see `override_best_choice`
-        _SELECTIONS.append(GemmSelection(
-            op_name, m, n, k, batch, dname, len(scored),
-            [_tile_kwargs(t) for _, t, _ in kept], [s * 1e6 for s, _, _ in kept],
-            ["nmp_gemv" if isinstance(t, gemm.GemvTile) else "mm" for _, t, _ in kept]))
+        record_selection(op_name, m, n, k, batch, dname, len(scored), [(s, t) for s, t, _ in kept])
         return [ktcs[i] for _, _, i in kept]
 
     def override_best_choice(self, best_choice: Any, timings: dict) -> Any:

@@ -27,11 +27,12 @@ modelled faster.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from torch._inductor.select_algorithm import SymbolicGridFn, TritonTemplate
 
-__all__ = ["gemv_template", "applies", "GEMV_OPS"]
+__all__ = ["gemv_template", "norm_gemv_template", "applies", "GEMV_OPS"]
 
 GEMV_OPS = ("mm", "addmm")
 
@@ -42,6 +43,9 @@ def _gemv_grid(m: Any, n: Any, meta: dict[str, Any], *, cdiv: Any) -> tuple[Any,
 
 
 _SOURCE = r"""
+{% set NORM = NORM is defined and NORM %}
+{% set HAS_BIAS = HAS_BIAS is defined and HAS_BIAS %}
+{% set ONE_K = ONE_K is defined and ONE_K %}
 {{def_kernel("A", "B")}}
     M = {{size("A", 0)}}
     N = {{size("B", 1)}}
@@ -53,6 +57,13 @@ _SOURCE = r"""
     stride_ak = {{stride("A", 1)}}
     stride_bk = {{stride("B", 0)}}
     stride_bn = {{stride("B", 1)}}
+{% if NORM %}
+    stride_nw = {{stride("NW", 0)}}
+    stride_nb = {{stride("NB", 0)}}
+{% endif %}
+{% if HAS_BIAS %}
+    stride_bias = {{stride("BIAS", 0)}}
+{% endif %}
 
     # this program's share of the output columns: [n_start, n_end)
     pid = tl.program_id(0).to(INDEX_DTYPE)
@@ -60,6 +71,20 @@ _SOURCE = r"""
     n_end = tl.minimum(n_start + SHARE, N)
     rm = tl.arange(0, 1).to(INDEX_DTYPE)
     offs_k = tl.arange(0, BLOCK_K).to(INDEX_DTYPE)
+{% if NORM %}
+    # the layer norm's statistics over A's whole row, by every program (it reads all of A anyway)
+    offs_r = tl.arange(0, K_POW2).to(INDEX_DTYPE)
+    x_row = tl.load(A + offs_r * stride_ak, mask=offs_r < K, other=0.0).to(tl.float32)
+    mean = tl.sum(x_row, 0) / K
+    x_dev = tl.where(offs_r < K, x_row - mean, 0.0)
+    rstd = tl.rsqrt(tl.sum(x_dev * x_dev, 0) / K + EPS)
+{% if ONE_K %}
+    # one K step (BLOCK_K == K_POW2): the row is normalised here, once, as eager layer_norm rounds it
+    nw_row = tl.load(NW + offs_r * stride_nw, mask=offs_r < K, other=0.0).to(tl.float32)
+    nb_row = tl.load(NB + offs_r * stride_nb, mask=offs_r < K, other=0.0).to(tl.float32)
+    a_row = (x_dev * rstd * nw_row + nb_row).to(A.dtype.element_ty)
+{% endif %}
+{% endif %}
     for n_off in range(0, SHARE, BLOCK_N):
         rn = n_start + n_off + tl.arange(0, BLOCK_N).to(INDEX_DTYPE)
         n_mask = rn < n_end
@@ -76,8 +101,17 @@ _SOURCE = r"""
             {% endif %}
             idx_m = rm[None, :]
             idx_n = offs_k[:, None] + (k_idx * BLOCK_K)
+{% if NORM and ONE_K %}
+            a = a_row[:, None]
+{% elif NORM %}
+            a = tl.load(A + idx_n * stride_ak{% if not EVEN_K %}, mask=a_mask, other=0.0{% endif %})
+            nw = tl.load(NW + idx_n * stride_nw{% if not EVEN_K %}, mask=a_mask, other=0.0{% endif %})
+            nb = tl.load(NB + idx_n * stride_nb{% if not EVEN_K %}, mask=a_mask, other=0.0{% endif %})
+            a = ((a.to(tl.float32) - mean) * rstd * nw.to(tl.float32) + nb.to(tl.float32)).to(A.dtype.element_ty)
+{% else %}
             {{load_input("A", "a", ("idx_m", "idx_n"), mask=None if EVEN_K else "a_mask",
                          indent_width=12, index_shape=("BLOCK_K", "1"))}}
+{% endif %}
 
             idx_m = offs_k[None, :] + (k_idx * BLOCK_K)
             idx_n = rn[:, None]
@@ -90,6 +124,9 @@ _SOURCE = r"""
         idx_n = rn[:, None]
         mask = (idx_m < M) & (idx_n < n_end)
 
+{% if HAS_BIAS %}
+        acc += tl.load(BIAS + rn[:, None] * stride_bias, mask=n_mask[:, None], other=0.0).to(ACC_TYPE)
+{% endif %}
         # inductor generates a suffix
         {{store_output(("idx_m", "idx_n"), "acc", "mask", indent_width=8, val_shape=("BLOCK_N", "1"))}}
 {% else %}
@@ -103,8 +140,17 @@ _SOURCE = r"""
             {% endif %}
             idx_m = rm[:, None]
             idx_n = offs_k[None, :] + (k_idx * BLOCK_K)
+{% if NORM and ONE_K %}
+            a = a_row[None, :]
+{% elif NORM %}
+            a = tl.load(A + idx_n * stride_ak{% if not EVEN_K %}, mask=a_mask, other=0.0{% endif %})
+            nw = tl.load(NW + idx_n * stride_nw{% if not EVEN_K %}, mask=a_mask, other=0.0{% endif %})
+            nb = tl.load(NB + idx_n * stride_nb{% if not EVEN_K %}, mask=a_mask, other=0.0{% endif %})
+            a = ((a.to(tl.float32) - mean) * rstd * nw.to(tl.float32) + nb.to(tl.float32)).to(A.dtype.element_ty)
+{% else %}
             {{load_input("A", "a", ("idx_m", "idx_n"), mask=None if EVEN_K else "a_mask",
                          indent_width=12, index_shape=("1", "BLOCK_K"))}}
+{% endif %}
 
             idx_m = offs_k[:, None] + (k_idx * BLOCK_K)
             idx_n = rn[None, :]
@@ -117,6 +163,9 @@ _SOURCE = r"""
         idx_n = rn[None, :]
         mask = (idx_m < M) & (idx_n < n_end)
 
+{% if HAS_BIAS %}
+        acc += tl.load(BIAS + rn[None, :] * stride_bias, mask=n_mask[None, :], other=0.0).to(ACC_TYPE)
+{% endif %}
         # inductor generates a suffix
         {{store_output(("idx_m", "idx_n"), "acc", "mask", indent_width=8, val_shape=("1", "BLOCK_N"))}}
 {% endif %}
@@ -129,6 +178,20 @@ gemv_template = TritonTemplate(
     cache_codegen_enabled_for_template=True,
     prologue_loads_all_inputs=True,
 )
+
+
+@functools.cache
+def norm_gemv_template(has_bias: bool) -> TritonTemplate:
+    """The one-row template with a layer norm of A computed inside (`NORM`): inputs A (the un-normalised row), B,
+    the norm's weight NW and bias NB, and with `has_bias` the linear's bias BIAS (added before the epilogue).
+    A is loaded directly (it must be a realized buffer: no prologue fusion into it), B through `load_input`."""
+    names = '"A", "B", "NW", "NB"' + (', "BIAS"' if has_bias else "")
+    return TritonTemplate(
+        name="nmp_norm_gemv" + ("_bias" if has_bias else ""),
+        grid=_gemv_grid,
+        source=_SOURCE.replace('{{def_kernel("A", "B")}}', "{{def_kernel(" + names + ")}}", 1),
+        cache_codegen_enabled_for_template=True,
+    )
 
 
 def applies(op_name: str, kernel_inputs: Any) -> bool:

@@ -1,0 +1,125 @@
+"""A one-row `linear(layer_norm(x))` as one GEMV with the norm's statistics inside (`triton_nmp.inductor.norm_gemv`):
+numerics against eager for every float dtype, odd K, with and without the linear's bias, a fused GELU epilogue,
+the LM head's `@ w.t()` form; what is left alone (several rows, the norm used elsewhere); and in GPT-2's decode
+step no layer-norm kernel is left."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import triton_nmp
+from triton_nmp.inductor import choices, norm_gemv
+from triton_nmp.triton_name import cpu_entry_registered
+
+pytestmark = pytest.mark.skipif(
+    not cpu_entry_registered(),
+    reason="triton-nmp's Triton entry point 'cpu' is not registered: reinstall (pip install -e .) to test this")
+
+FRESH = {"fx_graph_cache": False, "autotune_local_cache": False}
+TOL = {torch.float16: 2e-2, torch.bfloat16: 6e-2, torch.float32: 1e-4}
+
+
+def _compiled(fn, *args):
+    """(output, rewrites, selections, launches of a second call) of `fn(*args)` compiled for nmp."""
+    rewrites, selections = len(norm_gemv.rewrites()), len(choices.gemm_selections())
+    with torch.no_grad():
+        compiled = torch.compile(fn, backend="nmp", options=FRESH)
+        out = compiled(*args)
+        with triton_nmp.profile() as prof:
+            compiled(*args)
+    return out, norm_gemv.rewrites()[rewrites:], choices.gemm_selections()[selections:], prof.launches
+
+
+@pytest.mark.parametrize("k,n,dtype,bias,gelu", [
+    (256, 512, torch.float16, True, True),     # GPT-2's MLP-up form: GELU fused after the bias
+    (100, 300, torch.bfloat16, True, False),   # K not a power of two: the row is padded and masked
+    (96, 1000, torch.float32, False, False),   # no linear bias
+])
+def test_layer_norm_linear_on_one_row_is_one_kernel_matching_eager(fresh_inductor, k, n, dtype, bias, gelu):
+    torch.manual_seed(0)
+    ln, lin = torch.nn.LayerNorm(k).to(dtype), torch.nn.Linear(k, n, bias=bias).to(dtype)
+    with torch.no_grad():
+        ln.weight.uniform_(0.5, 1.5)
+        ln.bias.uniform_(-0.5, 0.5)
+
+    def fn(t):
+        y = lin(ln(t))
+        return F.gelu(y, approximate="tanh") if gelu else y
+
+    x = torch.randn(1, 1, k, dtype=dtype) * 3 + 1  # a mean and a scale the norm must remove
+    out, rewrites, sel, launches = _compiled(fn, x)
+    assert len(rewrites) == 1 and f"@ [{k}, {n}]" in rewrites[0], rewrites
+    assert [s.kept_templates for s in sel] == [["nmp_norm_gemv" + ("_bias" if bias else "")]], sel
+    assert len(launches) == 1 and launches[0].grid[0] > 1, [r.kernel for r in launches]  # no norm kernel
+    if gelu:
+        assert "gelu" in launches[0].kernel
+    with torch.no_grad():
+        want = fn(x)
+    assert out.dtype == dtype and out.shape == (1, 1, n)
+    torch.testing.assert_close(out.float(), want.float(), atol=TOL[dtype], rtol=TOL[dtype])
+
+
+def test_lm_head_form_and_a_residual_stream_read_by_two_norm_gemvs(fresh_inductor):
+    """`ln(x) @ w.t()` (GPT-2's tied LM head) is rewritten too; the residual `x + proj(h)` both norm GEMVs read is
+    one buffer (the first GEMV's epilogue), not recomputed."""
+    torch.manual_seed(0)
+    k = 128
+    ln1, ln2 = torch.nn.LayerNorm(k).half(), torch.nn.LayerNorm(k).half()
+    proj = torch.nn.Linear(k, k).half()
+    w = (torch.randn(640, k) * k ** -0.5).half()
+
+    def fn(x):
+        x = x + proj(ln1(x))
+        return ln2(x) @ w.t()
+
+    x = torch.randn(1, 1, k, dtype=torch.float16)
+    out, rewrites, _, launches = _compiled(fn, x)
+    assert len(rewrites) == 2, rewrites
+    names = [r.kernel for r in launches]
+    assert len(names) == 2 and all(k.startswith("triton_tem_") for k in names), names
+    with torch.no_grad():
+        torch.testing.assert_close(out.float(), fn(x).float(), atol=2e-2, rtol=2e-2)
+
+
+def test_several_rows_a_norm_used_elsewhere_or_autograd_are_left_to_inductor(fresh_inductor):
+    torch.manual_seed(0)
+    ln, lin = torch.nn.LayerNorm(64), torch.nn.Linear(64, 96)
+
+    def shared(t):
+        h = ln(t)
+        return lin(h) + h.sum(-1, keepdim=True)  # the norm has another user
+
+    cases = [(lambda t: lin(ln(t)), torch.randn(1, 2, 64)), (shared, torch.randn(1, 1, 64))]  # two rows (prefill)
+    for fn, x in cases:
+        out, rewrites, _, _ = _compiled(fn, x)
+        assert rewrites == []
+        with torch.no_grad():
+            torch.testing.assert_close(out, fn(x), atol=1e-4, rtol=1e-4)
+    before = len(norm_gemv.rewrites())
+    x = torch.randn(1, 1, 64)
+    torch.compile(lambda t: lin(ln(t)), backend="nmp", options=FRESH)(x).sum().backward()  # training: untouched
+    assert len(norm_gemv.rewrites()) == before and lin.weight.grad is not None
+
+
+def test_gpt2_decode_step_has_no_layer_norm_kernel_and_matches_eager(fresh_inductor):
+    from triton_nmp.llm import build
+
+    model = build("gpt2-tiny", torch.float16, std=0.3)
+    compiled = torch.compile(model, backend="nmp", options=FRESH)
+    ids = torch.randint(0, model.cfg.vocab, (1, 8), generator=torch.Generator().manual_seed(0))
+    tok, pos = torch.tensor([[7]]), torch.tensor([8])
+    with torch.no_grad():
+        compiled(ids)
+        ref = build("gpt2-tiny", torch.float16, std=0.3)
+        ref(ids)
+        with triton_nmp.profile() as prof:
+            out = compiled(tok, pos)
+        want = ref(tok, pos)
+    names = [r.kernel for r in prof.launches]
+    assert not any("native_layer_norm" in k or k.startswith("triton_per_") for k in names), names
+    # per layer qkv, attention out, MLP up and down, then the LM head: every norm inside one of them
+    assert sum(k.startswith("triton_tem_") for k in names) == 4 * model.cfg.layers + 1, names
+    torch.testing.assert_close(out, want, atol=3e-2, rtol=3e-2)
+    assert torch.equal(out.argmax(-1), want.argmax(-1))
