@@ -51,7 +51,7 @@ def test_layer_norm_linear_on_one_row_is_one_kernel_matching_eager(fresh_inducto
     x = torch.randn(1, 1, k, dtype=dtype) * 3 + 1  # a mean and a scale the norm must remove
     out, rewrites, sel, launches = _compiled(fn, x)
     assert len(rewrites) == 1 and f"@ [{k}, {n}]" in rewrites[0], rewrites
-    assert [s.kept_templates for s in sel] == [["nmp_norm_gemv" + ("_bias" if bias else "")]], sel
+    assert [s.kept_templates for s in sel] == [["nmp_layer_norm_gemv" + ("_bias" if bias else "")]], sel
     assert len(launches) == 1 and launches[0].grid[0] > 1, [r.kernel for r in launches]  # no norm kernel
     if gelu:
         assert "gelu" in launches[0].kernel
@@ -123,3 +123,29 @@ def test_gpt2_decode_step_has_no_layer_norm_kernel_and_matches_eager(fresh_induc
     assert sum(k.startswith("triton_tem_") for k in names) == 4 * model.cfg.layers + 1, names
     torch.testing.assert_close(out, want, atol=3e-2, rtol=3e-2)
     assert torch.equal(out.argmax(-1), want.argmax(-1))
+
+
+@pytest.mark.parametrize("k,n,dtype", [(256, 384, torch.float16), (100, 200, torch.float32)])
+def test_rms_norm_linear_on_one_row_is_one_kernel_matching_eager(fresh_inductor, k, n, dtype):
+    """Llama's RMSNorm (as `triton_nmp.llm.models` writes it) before q/k/v-style linears: one kernel each."""
+    from triton_nmp.llm.models import _RMSNorm
+
+    torch.manual_seed(0)
+    norm = _RMSNorm(k, 1e-6).to(dtype)
+    q, v = torch.nn.Linear(k, n, bias=False).to(dtype), torch.nn.Linear(k, n // 2, bias=False).to(dtype)
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+
+    def fn(t):
+        h = norm(t)
+        return q(h), v(h)
+
+    x = torch.randn(1, 1, k, dtype=dtype) * 3
+    (oq, ov), rewrites, sel, launches = _compiled(fn, x)
+    assert len(rewrites) == 2, rewrites
+    assert [s.kept_templates for s in sel] == [["nmp_rms_norm_gemv"]] * 2, sel
+    assert len(launches) == 2 and all(r.kernel.startswith("triton_tem_") for r in launches), launches
+    with torch.no_grad():
+        wq, wv = fn(x)
+    torch.testing.assert_close(oq.float(), wq.float(), atol=TOL[dtype], rtol=TOL[dtype])
+    torch.testing.assert_close(ov.float(), wv.float(), atol=TOL[dtype], rtol=TOL[dtype])

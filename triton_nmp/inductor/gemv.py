@@ -46,6 +46,7 @@ _SOURCE = r"""
 {% set NORM = NORM is defined and NORM %}
 {% set HAS_BIAS = HAS_BIAS is defined and HAS_BIAS %}
 {% set ONE_K = ONE_K is defined and ONE_K %}
+{% set RMS = RMS is defined and RMS %}
 {{def_kernel("A", "B")}}
     M = {{size("A", 0)}}
     N = {{size("B", 1)}}
@@ -59,7 +60,9 @@ _SOURCE = r"""
     stride_bn = {{stride("B", 1)}}
 {% if NORM %}
     stride_nw = {{stride("NW", 0)}}
+{% if not RMS %}
     stride_nb = {{stride("NB", 0)}}
+{% endif %}
 {% endif %}
 {% if HAS_BIAS %}
     stride_bias = {{stride("BIAS", 0)}}
@@ -75,14 +78,24 @@ _SOURCE = r"""
     # the layer norm's statistics over A's whole row, by every program (it reads all of A anyway)
     offs_r = tl.arange(0, K_POW2).to(INDEX_DTYPE)
     x_row = tl.load(A + offs_r * stride_ak, mask=offs_r < K, other=0.0).to(tl.float32)
+{% if RMS %}
+    # RMSNorm: no mean; the scaled row is rounded to A's dtype before the weight, as `(x * rstd).to(dtype) * w`
+    rstd = tl.rsqrt(tl.sum(x_row * x_row, 0) / K + EPS)
+{% else %}
     mean = tl.sum(x_row, 0) / K
     x_dev = tl.where(offs_r < K, x_row - mean, 0.0)
     rstd = tl.rsqrt(tl.sum(x_dev * x_dev, 0) / K + EPS)
+{% endif %}
 {% if ONE_K %}
-    # one K step (BLOCK_K == K_POW2): the row is normalised here, once, as eager layer_norm rounds it
+    # one K step (BLOCK_K == K_POW2): the row is normalised here, once, rounded as eager rounds it
+{% if RMS %}
+    nw_row = tl.load(NW + offs_r * stride_nw, mask=offs_r < K, other=0.0)
+    a_row = (x_row * rstd).to(A.dtype.element_ty) * nw_row
+{% else %}
     nw_row = tl.load(NW + offs_r * stride_nw, mask=offs_r < K, other=0.0).to(tl.float32)
     nb_row = tl.load(NB + offs_r * stride_nb, mask=offs_r < K, other=0.0).to(tl.float32)
     a_row = (x_dev * rstd * nw_row + nb_row).to(A.dtype.element_ty)
+{% endif %}
 {% endif %}
 {% endif %}
     for n_off in range(0, SHARE, BLOCK_N):
@@ -106,8 +119,12 @@ _SOURCE = r"""
 {% elif NORM %}
             a = tl.load(A + idx_n * stride_ak{% if not EVEN_K %}, mask=a_mask, other=0.0{% endif %})
             nw = tl.load(NW + idx_n * stride_nw{% if not EVEN_K %}, mask=a_mask, other=0.0{% endif %})
+{% if RMS %}
+            a = (a.to(tl.float32) * rstd).to(A.dtype.element_ty) * nw
+{% else %}
             nb = tl.load(NB + idx_n * stride_nb{% if not EVEN_K %}, mask=a_mask, other=0.0{% endif %})
             a = ((a.to(tl.float32) - mean) * rstd * nw.to(tl.float32) + nb.to(tl.float32)).to(A.dtype.element_ty)
+{% endif %}
 {% else %}
             {{load_input("A", "a", ("idx_m", "idx_n"), mask=None if EVEN_K else "a_mask",
                          indent_width=12, index_shape=("BLOCK_K", "1"))}}
@@ -145,8 +162,12 @@ _SOURCE = r"""
 {% elif NORM %}
             a = tl.load(A + idx_n * stride_ak{% if not EVEN_K %}, mask=a_mask, other=0.0{% endif %})
             nw = tl.load(NW + idx_n * stride_nw{% if not EVEN_K %}, mask=a_mask, other=0.0{% endif %})
+{% if RMS %}
+            a = (a.to(tl.float32) * rstd).to(A.dtype.element_ty) * nw
+{% else %}
             nb = tl.load(NB + idx_n * stride_nb{% if not EVEN_K %}, mask=a_mask, other=0.0{% endif %})
             a = ((a.to(tl.float32) - mean) * rstd * nw.to(tl.float32) + nb.to(tl.float32)).to(A.dtype.element_ty)
+{% endif %}
 {% else %}
             {{load_input("A", "a", ("idx_m", "idx_n"), mask=None if EVEN_K else "a_mask",
                          indent_width=12, index_shape=("1", "BLOCK_K"))}}
@@ -181,13 +202,14 @@ gemv_template = TritonTemplate(
 
 
 @functools.cache
-def norm_gemv_template(has_bias: bool) -> TritonTemplate:
-    """The one-row template with a layer norm of A computed inside (`NORM`): inputs A (the un-normalised row), B,
-    the norm's weight NW and bias NB, and with `has_bias` the linear's bias BIAS (added before the epilogue).
-    A is loaded directly (it must be a realized buffer: no prologue fusion into it), B through `load_input`."""
-    names = '"A", "B", "NW", "NB"' + (', "BIAS"' if has_bias else "")
+def norm_gemv_template(rms: bool, has_bias: bool) -> TritonTemplate:
+    """The one-row template with a norm of A computed inside (`NORM`; `RMS`: RMSNorm, else layer norm): inputs A
+    (the un-normalised row), B, the norm's weight NW and (layer norm) bias NB, and with `has_bias` the linear's
+    bias BIAS (added before the epilogue). A is loaded directly (it must be a realized buffer: no prologue fusion
+    into it), B through `load_input`."""
+    names = '"A", "B", "NW"' + ('' if rms else ', "NB"') + (', "BIAS"' if has_bias else "")
     return TritonTemplate(
-        name="nmp_norm_gemv" + ("_bias" if has_bias else ""),
+        name="nmp_" + ("rms" if rms else "layer") + "_norm_gemv" + ("_bias" if has_bias else ""),
         grid=_gemv_grid,
         source=_SOURCE.replace('{{def_kernel("A", "B")}}', "{{def_kernel(" + names + ")}}", 1),
         cache_codegen_enabled_for_template=True,

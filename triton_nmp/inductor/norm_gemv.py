@@ -30,7 +30,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-__all__ = ["rewrite", "enabled", "layer_norm_gemv", "rewrites"]
+__all__ = ["rewrite", "enabled", "layer_norm_gemv", "rms_norm_gemv", "rewrites"]
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _MAX_K = 16384  # the statistics read the whole row into the scratchpad (fp32)
@@ -58,6 +58,21 @@ def layer_norm_gemv(x: torch.Tensor, norm_weight: torch.Tensor, norm_bias: torch
 
 @layer_norm_gemv.register_fake
 def _(x, norm_weight, norm_bias, eps, w, bias):
+    return x.new_empty((*x.shape[:-1], w.shape[1]))
+
+
+@torch.library.custom_op("nmp::rms_norm_gemv", mutates_args=())
+def rms_norm_gemv(x: torch.Tensor, norm_weight: torch.Tensor, eps: float, w: torch.Tensor,
+                  bias: torch.Tensor | None) -> torch.Tensor:
+    """`rms_norm(x) @ w (+ bias)`, the norm as Llama writes it: `(xf * rsqrt(mean(xf ** 2) + eps)).to(dtype) * nw`
+    with xf = x in fp32. Eager reference (and the host path)."""
+    xf = x.float()
+    h = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * norm_weight
+    return torch.matmul(h, w) if bias is None else torch.matmul(h, w) + bias
+
+
+@rms_norm_gemv.register_fake
+def _(x, norm_weight, eps, w, bias):
     return x.new_empty((*x.shape[:-1], w.shape[1]))
 
 
@@ -95,6 +110,59 @@ def _layer_norm_args(n: torch.fx.Node) -> tuple[torch.fx.Node, Any, Any, float] 
     return (x, w, b, float(eps)) if isinstance(eps, (int, float)) else None
 
 
+def _method(n: Any, name: str) -> bool:
+    return isinstance(n, torch.fx.Node) and n.op == "call_method" and n.target == name
+
+
+def _function(n: Any, *targets: Any) -> bool:
+    return isinstance(n, torch.fx.Node) and n.op == "call_function" and n.target in targets
+
+
+def _rms_norm_args(h: torch.fx.Node) -> tuple[torch.fx.Node, Any, float, list[torch.fx.Node]] | None:
+    """(x, weight, eps, the norm's nodes) of Llama's RMSNorm `(xf * rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps))
+    .to(x.dtype) * weight` (either operand order of the last product, xf = `x.float()`), else None."""
+    if not _function(h, operator.mul) or len(h.args) != 2:
+        return None
+    for cast, w in (h.args, h.args[::-1]):
+        if not (_method(cast, "to") and len(cast.args) == 2 and not cast.kwargs
+                and _function(cast.args[0], operator.mul)):
+            continue
+        scaled = cast.args[0]
+        xf, rsqrt = scaled.args if _function(scaled.args[1], torch.rsqrt) else scaled.args[::-1]
+        if not (_method(xf, "float") and len(xf.args) == 1 and _function(rsqrt, torch.rsqrt)):
+            continue
+        add = rsqrt.args[0]
+        if not (_function(add, operator.add) and isinstance(add.args[1], (int, float))):
+            continue
+        mean = add.args[0]
+        if not (_method(mean, "mean") and tuple(mean.args[1:]) in ((-1,), ([-1],), ((-1,),))
+                and mean.kwargs == {"keepdim": True}):
+            continue
+        sq = mean.args[0]
+        if not (_method(sq, "pow") and tuple(sq.args) == (xf, 2) and not sq.kwargs):
+            continue
+        x = xf.args[0]
+        xv, wv = _val(x), _val(w)
+        if not _static_row(xv) or xv.dtype not in _DTYPES or xv.device.type != "cpu" or cast.args[1] != xv.dtype:
+            continue
+        if wv is None or wv.shape != (xv.shape[-1],) or wv.dtype != xv.dtype:
+            continue
+        return x, w, float(add.args[1]), [h, cast, scaled, rsqrt, add, mean, sq, xf]
+    return None
+
+
+def _norm(n: torch.fx.Node) -> tuple[torch.fx.Node, Any, Any, float, list[torch.fx.Node]] | None:
+    """(x, weight, bias or None for RMSNorm, eps, the norm's nodes, output first) of a one-row norm, else None."""
+    found = _layer_norm_args(n)
+    if found is not None:
+        return (*found, [n])
+    found = _rms_norm_args(n)
+    if found is not None:
+        x, w, eps, nodes = found
+        return x, w, None, eps, nodes
+    return None
+
+
 def _product(user: torch.fx.Node, ln: torch.fx.Node, dtype: torch.dtype) -> tuple[Any, Any, bool] | None:
     """(weight, bias, transposed) when `user` is `linear(ln, weight[, bias])` (transposed: weight is [N, K]) or
     `ln @ w` with a 2-D w ([K, N]), of `dtype`; else None."""
@@ -125,10 +193,12 @@ def rewrite(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> int:
     graph = gm.graph
     count = 0
     for ln in list(graph.nodes):
-        found = _layer_norm_args(ln)
-        if found is None or not ln.users:
+        if ln.op not in ("call_function", "call_method") or not ln.users:
             continue
-        x, nw, nb, eps = found
+        found = _norm(ln)
+        if found is None:
+            continue
+        x, nw, nb, eps, nodes = found
         dtype = _val(x).dtype
         products = [(u, _product(u, ln, dtype)) for u in ln.users]
         if any(p is None for _, p in products):
@@ -138,14 +208,19 @@ def rewrite(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> int:
                 w_kn = graph.call_function(torch.t, (w,)) if transposed else w
                 if transposed:
                     w_kn.meta["example_value"] = _val(w).t()
-                new = graph.call_function(torch.ops.nmp.layer_norm_gemv.default, (x, nw, nb, eps, w_kn, b))
+                if nb is None:
+                    new = graph.call_function(torch.ops.nmp.rms_norm_gemv.default, (x, nw, eps, w_kn, b))
+                else:
+                    new = graph.call_function(torch.ops.nmp.layer_norm_gemv.default, (x, nw, nb, eps, w_kn, b))
             new.meta.update(user.meta)
             user.replace_all_uses_with(new)
             graph.erase_node(user)
             count += 1
             _REWRITES.append(f"{ln.name} -> {new.name}: {list(_val(x).shape)} @ [{_val(w_kn).shape[0]}, "
                              f"{_val(w_kn).shape[1]}]{' + bias' if b is not None else ''}")
-        graph.erase_node(ln)
+        for n in nodes:  # the norm's own nodes, now unused (an intermediate used elsewhere stays)
+            if not n.users:
+                graph.erase_node(n)
     if count:
         graph.lint()
         gm.recompile()
@@ -154,13 +229,16 @@ def rewrite(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> int:
 
 @functools.cache
 def register_lowering() -> None:
-    """Register `_lower` as Inductor's lowering of `nmp::layer_norm_gemv` (once per process)."""
+    """Register Inductor's lowerings of `nmp::layer_norm_gemv` and `nmp::rms_norm_gemv` (once per process)."""
     from torch._inductor.lowering import register_lowering as register
 
     register(torch.ops.nmp.layer_norm_gemv.default, type_promotion_kind=None)(_lower)
+    register(torch.ops.nmp.rms_norm_gemv.default, type_promotion_kind=None)(
+        lambda x, norm_weight, eps, w, bias: _lower(x, norm_weight, None, eps, w, bias))
 
 
-def _lower(x: Any, norm_weight: Any, norm_bias: Any, eps: float, w: Any, bias: Any) -> Any:
+def _lower(x: Any, norm_weight: Any, norm_bias: Any | None, eps: float, w: Any, bias: Any) -> Any:
+    """`gemv.norm_gemv_template` for one norm (RMSNorm when `norm_bias` is None) and product."""
     from torch._inductor.kernel.mm_common import mm_args
     from torch._inductor.lowering import view
     from torch._inductor.select_algorithm import autotune_select_algorithm, realize_inputs
@@ -176,7 +254,9 @@ def _lower(x: Any, norm_weight: Any, norm_bias: Any, eps: float, w: Any, bias: A
     k_dim = size[-1]
     _, n, k, layout, mat1, mat2 = mm_args(view(x, [1, k_dim]), w)
     n, k = int(n), int(k)
-    others = list(realize_inputs(norm_weight, norm_bias)) + ([realize_inputs(bias)] if bias is not None else [])
+    rms = norm_bias is None
+    norm = [norm_weight] if rms else [norm_weight, norm_bias]
+    others = [realize_inputs(t) for t in (*norm, *([] if bias is None else [bias]))]
     inputs = (mat1, mat2, *others)
     dtype = mat1.get_dtype()
     itemsize = dtype.itemsize
@@ -197,15 +277,15 @@ def _lower(x: Any, norm_weight: Any, norm_bias: Any, eps: float, w: Any, bias: A
     else:
         scored = sorted((gemm.estimate_gemv(t, n, k, itemsize, itemsize, dname, spec, auto), t) for t in tiles)
     kept = scored[:1]  # by that rule in every mode: max-autotune simulates nothing for these
-    template = norm_gemv_template(bias is not None)
-    record_selection("layer_norm_gemv", 1, n, k, 1, dname, len(scored), kept, template.name)
+    template = norm_gemv_template(rms, bias is not None)
+    record_selection("rms_norm_gemv" if rms else "layer_norm_gemv", 1, n, k, 1, dname, len(scored), kept, template.name)
     b_columns = _column_major(mat2)
     choices: list[Any] = []
     for _, t in kept:
         template.maybe_append_choice(
             choices, input_nodes=inputs, layout=layout, num_stages=t.num_stages, num_warps=4,
             BLOCK_N=t.block_n, BLOCK_K=t.block_k, SHARE=t.share, B_COLUMNS=b_columns, EVEN_K=k % t.block_k == 0,
-            ACC_TYPE="tl.float32", ALLOW_TF32=False, NORM=True, HAS_BIAS=bias is not None,
+            ACC_TYPE="tl.float32", ALLOW_TF32=False, NORM=True, RMS=rms, HAS_BIAS=bias is not None,
             K_POW2=k_pow2, ONE_K=t.block_k == k_pow2, EPS=float(eps))
-    node, _ = autotune_select_algorithm("layer_norm_gemv", choices, list(inputs), layout)
+    node, _ = autotune_select_algorithm("rms_norm_gemv" if rms else "layer_norm_gemv", choices, list(inputs), layout)
     return view(node, [*size[:-1], n])
