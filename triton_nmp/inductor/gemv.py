@@ -19,6 +19,11 @@ column-block loop), so epilogue fusion (the addmm bias, gelu, a residual add, th
 mm template, and so does prologue fusion (a layer norm's normalisation, an embedding lookup and add, applied to
 the activation as it is loaded).
 
+`norm_gemv_template(rms, has_bias)` is the same source with a norm of A inside (`NORM`, see `norm_gemv.py`):
+every program loads A's whole row (`K_POW2` wide, masked), computes the layer norm's mean and rstd (or RMSNorm's
+rstd) in fp32, and normalises A as it is used: once for the whole row when the K loop has one step (`ONE_K`),
+else per BLOCK_K slice; the linear's bias (`HAS_BIAS`) is added to the accumulator before `store_output`.
+
 It is offered for `mm` and `addmm` with one row known at compile time (`applies`) next to the mm template's
 tiles, with the same extra arguments (epilogue, prefix arguments) as the mm template; `gemm.estimate_gemv`
 models it in the same terms as `gemm.estimate` models the mm template, and `NMPChoices` keeps whichever is
