@@ -91,7 +91,9 @@ def test_several_rows_a_norm_used_elsewhere_or_autograd_are_left_to_inductor(fre
         h = ln(t)
         return lin(h) + h.sum(-1, keepdim=True)  # the norm has another user
 
-    cases = [(lambda t: lin(ln(t)), torch.randn(1, 2, 64)), (shared, torch.randn(1, 1, 64))]  # two rows (prefill)
+    wide_ln, wide_lin = torch.nn.LayerNorm(5000), torch.nn.Linear(5000, 16)  # no one-step tile for K = 5000
+    cases = [(lambda t: lin(ln(t)), torch.randn(1, 2, 64)), (shared, torch.randn(1, 1, 64)),  # two rows (prefill)
+             (lambda t: wide_lin(wide_ln(t)), torch.randn(1, 1, 5000))]
     for fn, x in cases:
         out, rewrites, _, _ = _compiled(fn, x)
         assert rewrites == []

@@ -21,8 +21,8 @@ the activation as it is loaded).
 
 `norm_gemv_template(rms, has_bias)` is the same source with a norm of A inside (`NORM`, see `norm_gemv.py`):
 every program loads A's whole row (`K_POW2` wide, masked), computes the layer norm's mean and rstd (or RMSNorm's
-rstd) in fp32, and normalises A as it is used: once for the whole row when the K loop has one step (`ONE_K`),
-else per BLOCK_K slice; the linear's bias (`HAS_BIAS`) is added to the accumulator before `store_output`.
+rstd) in fp32 and normalises it once: the K loop has one step (BLOCK_K = K_POW2, the row is the A tile); the
+linear's bias (`HAS_BIAS`) is added to the accumulator before `store_output`.
 
 It is offered for `mm` and `addmm` with one row known at compile time (`applies`) next to the mm template's
 tiles, with the same extra arguments (epilogue, prefix arguments) as the mm template; `gemm.estimate_gemv`
@@ -50,7 +50,6 @@ def _gemv_grid(m: Any, n: Any, meta: dict[str, Any], *, cdiv: Any) -> tuple[Any,
 _SOURCE = r"""
 {% set NORM = NORM is defined and NORM %}
 {% set HAS_BIAS = HAS_BIAS is defined and HAS_BIAS %}
-{% set ONE_K = ONE_K is defined and ONE_K %}
 {% set RMS = RMS is defined and RMS %}
 {{def_kernel("A", "B")}}
     M = {{size("A", 0)}}
@@ -91,8 +90,7 @@ _SOURCE = r"""
     x_dev = tl.where(offs_r < K, x_row - mean, 0.0)
     rstd = tl.rsqrt(tl.sum(x_dev * x_dev, 0) / K + EPS)
 {% endif %}
-{% if ONE_K %}
-    # one K step (BLOCK_K == K_POW2): the row is normalised here, once, rounded as eager rounds it
+    # the K loop has one step (BLOCK_K == K_POW2): the row is normalised here, once, rounded as eager rounds it
 {% if RMS %}
     nw_row = tl.load(NW + offs_r * stride_nw, mask=offs_r < K, other=0.0)
     a_row = (x_row * rstd).to(A.dtype.element_ty) * nw_row
@@ -100,7 +98,6 @@ _SOURCE = r"""
     nw_row = tl.load(NW + offs_r * stride_nw, mask=offs_r < K, other=0.0).to(tl.float32)
     nb_row = tl.load(NB + offs_r * stride_nb, mask=offs_r < K, other=0.0).to(tl.float32)
     a_row = (x_dev * rstd * nw_row + nb_row).to(A.dtype.element_ty)
-{% endif %}
 {% endif %}
 {% endif %}
     for n_off in range(0, SHARE, BLOCK_N):
@@ -119,17 +116,8 @@ _SOURCE = r"""
             {% endif %}
             idx_m = rm[None, :]
             idx_n = offs_k[:, None] + (k_idx * BLOCK_K)
-{% if NORM and ONE_K %}
+{% if NORM %}
             a = a_row[:, None]
-{% elif NORM %}
-            a = tl.load(A + idx_n * stride_ak{% if not EVEN_K %}, mask=a_mask, other=0.0{% endif %})
-            nw = tl.load(NW + idx_n * stride_nw{% if not EVEN_K %}, mask=a_mask, other=0.0{% endif %})
-{% if RMS %}
-            a = (a.to(tl.float32) * rstd).to(A.dtype.element_ty) * nw
-{% else %}
-            nb = tl.load(NB + idx_n * stride_nb{% if not EVEN_K %}, mask=a_mask, other=0.0{% endif %})
-            a = ((a.to(tl.float32) - mean) * rstd * nw.to(tl.float32) + nb.to(tl.float32)).to(A.dtype.element_ty)
-{% endif %}
 {% else %}
             {{load_input("A", "a", ("idx_m", "idx_n"), mask=None if EVEN_K else "a_mask",
                          indent_width=12, index_shape=("BLOCK_K", "1"))}}
@@ -162,17 +150,8 @@ _SOURCE = r"""
             {% endif %}
             idx_m = rm[:, None]
             idx_n = offs_k[None, :] + (k_idx * BLOCK_K)
-{% if NORM and ONE_K %}
+{% if NORM %}
             a = a_row[None, :]
-{% elif NORM %}
-            a = tl.load(A + idx_n * stride_ak{% if not EVEN_K %}, mask=a_mask, other=0.0{% endif %})
-            nw = tl.load(NW + idx_n * stride_nw{% if not EVEN_K %}, mask=a_mask, other=0.0{% endif %})
-{% if RMS %}
-            a = (a.to(tl.float32) * rstd).to(A.dtype.element_ty) * nw
-{% else %}
-            nb = tl.load(NB + idx_n * stride_nb{% if not EVEN_K %}, mask=a_mask, other=0.0{% endif %})
-            a = ((a.to(tl.float32) - mean) * rstd * nw.to(tl.float32) + nb.to(tl.float32)).to(A.dtype.element_ty)
-{% endif %}
 {% else %}
             {{load_input("A", "a", ("idx_m", "idx_n"), mask=None if EVEN_K else "a_mask",
                          indent_width=12, index_shape=("1", "BLOCK_K"))}}

@@ -1,4 +1,4 @@
-"""A one-row layer norm followed by a linear layer as one GEMV kernel: the norm's statistics in every program.
+"""A one-row norm (layer norm, RMSNorm) and the linear after it as one GEMV kernel: the statistics in every program.
 
 In a decode step (one token), GPT-2's `linear(layer_norm(x))` ran as two kernels: a one-program reduction that
 normalised the 768 values (Inductor does not realize the residual stream, so it also added up the 3-5 earlier
@@ -8,15 +8,17 @@ the GEMV read the whole activation row anyway, so each can reduce it itself: the
 `rewrite(gm)` (run by the `nmp` backend on Dynamo's graph, before AOTAutograd decomposes `layer_norm`) replaces
 every `linear(layer_norm(x, ...), w, b)` and `layer_norm(x, ...) @ w` whose `x` has one row at compile time (all
 of the norm's users being such products) with `torch.ops.nmp.layer_norm_gemv(x, norm_weight, norm_bias, eps, w_kn,
-bias)`, `w_kn` being the [K, N] operand. Its lowering (`_lower`) is `gemv.norm_gemv_template`: the statistics
-(two-pass mean and variance in fp32 over the row), the normalised slice rounded to the input dtype as eager
-`layer_norm` does, then the product; the linear's bias is added before Inductor's epilogue, so pointwise
-consumers (GELU) still fuse into it. Because the template takes `x` as a realized buffer, the residual stream
-`x = x + proj(...)` becomes a buffer written by the previous projection's epilogue, and later kernels read one
-vector instead of recomputing the sum.
+bias)`, `w_kn` being the [K, N] operand; Llama's RMSNorm (`(xf * rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps))
+.to(x.dtype) * weight`, `xf = x.float()`) likewise with `torch.ops.nmp.rms_norm_gemv`. Their lowering (`_lower`)
+is `gemv.norm_gemv_template`: the statistics (two-pass mean and variance, or the mean of squares, in fp32 over the
+row), the normalised row rounded to the input dtype where eager rounds it, then the product; the linear's bias
+is added before Inductor's epilogue, so pointwise consumers (GELU) still fuse into it. Because the template
+takes `x` as a realized buffer, the residual stream `x = x + proj(...)` becomes a buffer written by the previous
+projection's epilogue, and later kernels read one vector instead of recomputing the sum.
 
 Only applied without autograd (inference graphs), for fp16/bf16/fp32 CPU tensors of one dtype with static
-shapes; `TRITON_NMP_NORM_GEMV=0` turns it off (the rewritten graph is part of Inductor's cache key).
+shapes, where the template has a legal tile whose K loop is one step (the normalised row is the A tile: K up to
+4096); `TRITON_NMP_NORM_GEMV=0` turns it off (the rewritten graph is part of Inductor's cache key).
 """
 
 from __future__ import annotations
@@ -33,7 +35,6 @@ import torch.nn.functional as F
 __all__ = ["rewrite", "enabled", "layer_norm_gemv", "rms_norm_gemv", "rewrites"]
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-_MAX_K = 16384  # the statistics read the whole row into the scratchpad (fp32)
 _REWRITES: list[str] = []
 _MATMULS = (operator.matmul, torch.matmul, torch.Tensor.matmul, torch.mm)
 
@@ -43,7 +44,7 @@ def enabled() -> bool:
 
 
 def rewrites() -> list[str]:
-    """One line per `linear(layer_norm(x))` replaced in this process (for tests and reports)."""
+    """One line per `linear(norm(x))` replaced in this process (for tests and reports)."""
     return list(_REWRITES)
 
 
@@ -76,6 +77,21 @@ def _(x, norm_weight, eps, w, bias):
     return x.new_empty((*x.shape[:-1], w.shape[1]))
 
 
+def _pow2(k: int) -> int:
+    return 1 << (k - 1).bit_length()
+
+
+def _one_step_tiles(n: int, k: int, itemsize: int) -> list[Any]:
+    """The one-row template's legal tiles for (1 x k) @ (k x n) whose K loop is one step (BLOCK_K = k rounded up to
+    a power of two), the only ones the norm template takes: none when the row does not fit the scratchpad."""
+    from triton_nmp.target import active_target
+
+    from . import gemm
+
+    tiles = gemm.gemv_candidates(n, k, itemsize, itemsize, active_target())
+    return [t for t in tiles if t.block_k == _pow2(k)]
+
+
 def _val(n: Any) -> Any:
     return n.meta.get("example_value") if isinstance(n, torch.fx.Node) else None
 
@@ -88,7 +104,7 @@ def _static_row(v: Any) -> bool:
         shape = [int(s) for s in v.shape]
     except TypeError:  # symbolic
         return False
-    return math.prod(shape[:-1]) == 1 and 0 < shape[-1] <= _MAX_K
+    return math.prod(shape[:-1]) == 1 and shape[-1] > 0
 
 
 def _layer_norm_args(n: torch.fx.Node) -> tuple[torch.fx.Node, Any, Any, float] | None:
@@ -163,6 +179,12 @@ def _norm(n: torch.fx.Node) -> tuple[torch.fx.Node, Any, Any, float, list[torch.
     return None
 
 
+def _n(product: tuple[Any, Any, bool]) -> int:
+    """N of a matched product (the weight is [N, K] when transposed, else [K, N])."""
+    w, _, transposed = product
+    return int(_val(w).shape[0 if transposed else 1])
+
+
 def _product(user: torch.fx.Node, ln: torch.fx.Node, dtype: torch.dtype) -> tuple[Any, Any, bool] | None:
     """(weight, bias, transposed) when `user` is `linear(ln, weight[, bias])` (transposed: weight is [N, K]) or
     `ln @ w` with a 2-D w ([K, N]), of `dtype`; else None."""
@@ -185,7 +207,7 @@ def _product(user: torch.fx.Node, ln: torch.fx.Node, dtype: torch.dtype) -> tupl
 
 
 def rewrite(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> int:
-    """Replace one-row `linear(layer_norm(x))` in Dynamo's graph `gm` (see the module docstring); returns how many
+    """Replace one-row `linear(norm(x))` in Dynamo's graph `gm` (see the module docstring); returns how many
     products were replaced. Nothing is done while autograd would record the graph."""
     if not enabled() or (torch.is_grad_enabled()
                          and any(isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs)):
@@ -201,7 +223,7 @@ def rewrite(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> int:
         x, nw, nb, eps, nodes = found
         dtype = _val(x).dtype
         products = [(u, _product(u, ln, dtype)) for u in ln.users]
-        if any(p is None for _, p in products):
+        if any(p is None or not _one_step_tiles(_n(p), _val(x).shape[-1], dtype.itemsize) for _, p in products):
             continue
         for user, (w, b, transposed) in products:
             with graph.inserting_before(user):
@@ -263,19 +285,15 @@ def _lower(x: Any, norm_weight: Any, norm_bias: Any | None, eps: float, w: Any, 
     spec = active_target()
     dname = {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(dtype, "fp32")
     auto = default_policy() == "auto"
-    k_pow2 = 1 << (k - 1).bit_length()
-    tiles = gemm.gemv_candidates(n, k, itemsize, itemsize, spec)
-    # One K step where the scratchpad allows: the row is normalised once, not reloaded slice by slice, and the
-    # column-block loop becomes the pipelined one (multi-buffered weight panels, each block's DMA behind the
-    # previous block's product). `estimate_gemv` models the K loop's pipeline, not that one: it ranks one 64-column
-    # block first, which measured slower (GPT-2 decode, all layer-norm GEMVs of a step: 64 columns 1 stage
-    # 500.5 us, 16 columns 2 stages 478.1 us), so narrow multi-buffered blocks come first here.
-    one_k = [t for t in tiles if t.block_k == k_pow2]
-    if one_k:
-        scored = sorted(((gemm.estimate_gemv(t, n, k, itemsize, itemsize, dname, spec, auto), t) for t in one_k),
-                        key=lambda e: (e[1].num_stages < 2, e[1].block_n, e[0]))
-    else:
-        scored = sorted((gemm.estimate_gemv(t, n, k, itemsize, itemsize, dname, spec, auto), t) for t in tiles)
+    k_pow2 = _pow2(k)
+    # One K step (the rewrite only takes shapes that have such tiles): the row is normalised once, not reloaded
+    # slice by slice, and the column-block loop becomes the pipelined one (multi-buffered weight panels, each
+    # block's DMA behind the previous block's product). `estimate_gemv` models the K loop's pipeline, not that
+    # one: it ranks one 64-column block first, which measured slower (GPT-2 decode, all layer-norm GEMVs of a
+    # step: 64 columns 1 stage 500.5 us, 16 columns 2 stages 478.1 us), so narrow multi-buffered blocks come first.
+    tiles = _one_step_tiles(n, k, itemsize)
+    scored = sorted(((gemm.estimate_gemv(t, n, k, itemsize, itemsize, dname, spec, auto), t) for t in tiles),
+                    key=lambda e: (e[1].num_stages < 2, e[1].block_n, e[0]))
     kept = scored[:1]  # by that rule in every mode: max-autotune simulates nothing for these
     template = norm_gemv_template(rms, bias is not None)
     record_selection("rms_norm_gemv" if rms else "layer_norm_gemv", 1, n, k, 1, dname, len(scored), kept, template.name)
@@ -286,6 +304,6 @@ def _lower(x: Any, norm_weight: Any, norm_bias: Any | None, eps: float, w: Any, 
             choices, input_nodes=inputs, layout=layout, num_stages=t.num_stages, num_warps=4,
             BLOCK_N=t.block_n, BLOCK_K=t.block_k, SHARE=t.share, B_COLUMNS=b_columns, EVEN_K=k % t.block_k == 0,
             ACC_TYPE="tl.float32", ALLOW_TF32=False, NORM=True, RMS=rms, HAS_BIAS=bias is not None,
-            K_POW2=k_pow2, ONE_K=t.block_k == k_pow2, EPS=float(eps))
+            K_POW2=k_pow2, EPS=float(eps))
     node, _ = autotune_select_algorithm("rms_norm_gemv" if rms else "layer_norm_gemv", choices, list(inputs), layout)
     return view(node, [*size[:-1], n])
