@@ -356,6 +356,12 @@ class NMPLauncher(RelayoutSite):
             fresh = self._overwritten(fp, {i: v[1] for i, v in reusable.items()})
             todo.update({i: reusable[i] for i in fresh})
             auto_requested.update(fresh)
+            # a copy per bank cannot take stores: a replicated storage this launch writes only in part keeps
+            # live bytes, so it is laid out again for this launch with its bytes moved (charged)
+            replicas = {i for i in reusable if i not in fresh and plm.placement_of(*reusable[i]).policy == "replicated"}
+            unreplicated = {i for i in replicas if self._stores(fp, i)}
+            todo.update({i: reusable[i] for i in unreplicated})
+            auto_requested.update(unreplicated)
         if todo:
             self._place_arguments(args, vals, grid, spec, todo, auto_requested, policy, fp, fresh)
         offer = self._relayout_offer(vals, grid, spec, mapping, fp) if relayout_on and fp is not None and \
@@ -366,6 +372,11 @@ class NMPLauncher(RelayoutSite):
         if offer is not None:
             self._accrue(args, vals, offer)
         return result
+
+    @staticmethod
+    def _stores(fp: Any, i: int) -> bool:
+        """Whether the footprint stores into pointer argument i."""
+        return bool(((fp.trace[:, 2] == i) & np.isin(fp.trace[:, 0], (KIND_DMA_STORE, KIND_SCATTER))).any())
 
     def _overwritten(self, fp: Any, nbytes: dict[int, int]) -> frozenset[int]:
         """`relayout.overwritten` for this footprint, memoised per footprint and argument sizes."""
@@ -435,6 +446,9 @@ class NMPLauncher(RelayoutSite):
             if i in choices:
                 c = choices[i]
                 placement, why, loaded = c.placement, c.reason, c.loaded
+                if old.policy == "replicated" and old.chosen:
+                    why = (f"stores into it and a copy per bank cannot take stores: laid out again (was "
+                           f"{old.describe()}, its live bytes moved): {why}")
             elif i in auto:
                 if fp is not None and fp.placeable:
                     continue  # the kernel does not touch it: it stays host data
@@ -448,8 +462,7 @@ class NMPLauncher(RelayoutSite):
                 loaded = True
             else:
                 pol = policy
-                stores = fp is not None and fp.exact and bool(
-                    ((fp.trace[:, 2] == i) & np.isin(fp.trace[:, 0], (KIND_DMA_STORE, KIND_SCATTER))).any())
+                stores = fp is not None and fp.exact and self._stores(fp, i)
                 if pol == "replicated" and (stores or fp is None or not fp.exact):
                     pol = "interleaved"  # a copy per bank cannot take stores
                 try:

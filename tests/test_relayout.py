@@ -272,15 +272,25 @@ def test_a_storage_a_launch_overwrites_is_laid_out_afresh_for_free():
 
 
 @pytest.mark.parametrize("stored, reads_v", [(VEC // 2, False), (VEC, True)], ids=["half-written", "read-too"])
-def test_a_storage_whose_old_bytes_are_live_keeps_its_layout(stored, reads_v):
-    v, first = _replicated_vector()
+def test_a_replicated_storage_a_launch_stores_into_is_laid_out_again_its_live_bytes_moved(stored, reads_v):
+    # its old bytes are live (half of them kept, or read before the store): not free, but a copy per bank
+    # would take every store once per bank, so it is laid out again with the move charged
+    v, _ = _replicated_vector()
     expect = v.clone()
     x = torch.randn(VEC)
     expect[:stored] = x[:stored] + (v[:stored] if reads_v else 0)
-    _write_kernel[(1,)](x, v, N=VEC, STORED=stored, READS_V=reads_v)
+    with triton_nmp.profile() as prof:
+        _write_kernel[(1,)](x, v, N=VEC, STORED=stored, READS_V=reads_v)
     assert torch.equal(v, expect)
-    assert lookup(v.data_ptr(), VEC * 4).layout_signature() == first.layout_signature()
+    after = lookup(v.data_ptr(), VEC * 4)
+    assert after.chosen and after.policy != "replicated"
     assert not any("laid out afresh" in d.why for d in decisions())
+    (again,) = [d for d in decisions() if "laid out again" in d.why]
+    assert again.tensor.startswith("_write_kernel.v_ptr") and again.transfer == "relayout"
+    assert "a copy per bank cannot take stores" in again.why and "was replicated" in again.why
+    assert sorted(t.kind for t in prof.transfers) == ["host_write", "relayout"]
+    # the store is no longer one copy per bank
+    assert prof.launches[-1].bytes_local + prof.launches[-1].bytes_remote < 4 * VEC * 4
 
 
 def test_layouts_not_the_auto_policys_are_not_laid_out_afresh():

@@ -40,6 +40,8 @@ online, by the rule of ski rental: renting costs the gain lost per launch, buyin
   GEMV's input paid a store per bank, 64x the bytes (29.4 -> 5.3 us); a provisional layout was settled by a
   charged re-layout of dead bytes. Other layouts stay: re-deciding every overwritten storage for its writer
   lost more for its readers (Llama's 32-token prefill 4.6 -> 9.8 ms: the attention output and the LM head).
+  A launch that stores into part of a replicated tensor (or loads it too) finds its bytes live: the launcher
+  lays it out again for that launch, the move charged, since a copy per bank takes every store once per bank.
 * **Provisional layouts learn.** A launch whose footprint depends on data lays its new tensors out
   provisionally (default interleaving), and the next launch with a static footprint that moves most of one
   settles its layout, by a charged re-layout when the bytes are live. A decode step makes a new output
