@@ -145,7 +145,9 @@ class NMPBackend(BaseBackend):
         self.binary_ext = "nmpbin"
 
     def hash(self) -> str:
-        return f"nmp-{VERSION}-{_source_hash()[:16]}-{self.target.arch}-{llvm_target.host_fingerprint()}"
+        # the LLVM levels are environment knobs, not options: in the key, a changed level never reuses an object
+        return (f"nmp-{VERSION}-{_source_hash()[:16]}-{self.target.arch}-{llvm_target.host_fingerprint()}"
+                f"-{llvm_target.levels_key()}")
 
     def parse_options(self, opts: dict) -> Any:
         args = {k: opts[k] for k in NMPOptions.__dataclass_fields__ if k in opts and opts[k] is not None}
@@ -230,11 +232,13 @@ class NMPBackend(BaseBackend):
         # The scratchpad is what the plan placed; codegen temporaries for scalars are registers on nmp.
         metadata["nmp_spm_bytes"] = src.plan.peak_bytes
         metadata["shared"] = src.plan.peak_bytes
-        return llvm_target.optimize(result.llvm_ir, src.module.kernel.name)
+        matrix = any(op.name in llvm_target.MATRIX_OPS for f in src.module.funcs for op in f.walk())
+        metadata["nmp_codegen_level"] = level = llvm_target.codegen_level(matrix)
+        return llvm_target.optimize(result.llvm_ir, src.module.kernel.name, level)
 
     @staticmethod
     def make_nmpbin(src: str, metadata, options) -> bytes:
-        return llvm_target.emit_object(src, metadata.get("name", ""))
+        return llvm_target.emit_object(src, metadata.get("name", ""), metadata.get("nmp_codegen_level", 3))
 
     def add_stages(self, stages: dict, options: object, language: Language) -> None:
         if language != Language.TRITON:

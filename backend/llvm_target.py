@@ -262,9 +262,46 @@ def _ir_key(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def _level(name: str, default: int) -> int:
+    text = os.environ.get(name, str(default))
+    if text.strip() not in ("0", "1", "2", "3"):
+        raise NMPCompilationError(f"{name}={text!r} is not an LLVM optimisation level",
+                                  hint=f"use 0, 1, 2 or 3 (default {default}), or unset {name}")
+    return int(text)
+
+
 def opt_level() -> int:
-    """LLVM's optimisation level for kernels (TRITON_NMP_OPT_LEVEL, default 1)."""
-    return int(os.environ.get("TRITON_NMP_OPT_LEVEL", "1"))
+    """LLVM's IR optimisation level for kernels (TRITON_NMP_OPT_LEVEL, default 1)."""
+    return _level("TRITON_NMP_OPT_LEVEL", 1)
+
+
+MATRIX_OPS = ("nmp.matmul", "nmp.bmatmul")
+
+
+def codegen_level(matrix_ops: bool) -> int:
+    """LLVM's code generator level for a kernel (llc's -O0..-O3): TRITON_NMP_CODEGEN_LEVEL, or by default 3 for a
+    kernel with matrix ops (tile dots) and 0 for the rest.
+
+    The IR is already optimised and vectorised at `opt_level`; the code generator's own work (SelectionDAG
+    instruction selection, the greedy register allocator, machine scheduling) was 40-45% of an elementwise or
+    reduction kernel's LLVM time, and at -O0 (fast instruction selection and register allocation) its emission
+    is ~5x faster while its native run, in the simulator's functional runs, was 0-40% slower. A tile dot's inner
+    loop is where native time goes: at -O0 its accumulators are spilled on every iteration (the matmul example
+    ran 2.7x slower natively, attention 1.7x), so kernels with matrix ops keep the optimising code generator."""
+    forced = _codegen_override()
+    if forced is not None:
+        return forced
+    return 3 if matrix_ops else 0
+
+
+def _codegen_override() -> int | None:
+    return _level("TRITON_NMP_CODEGEN_LEVEL", 0) if os.environ.get("TRITON_NMP_CODEGEN_LEVEL") else None
+
+
+def levels_key() -> str:
+    """The LLVM levels in force, for the backend's cache key (they are environment knobs, not options)."""
+    forced = _codegen_override()
+    return f"O{opt_level()}cg{'auto' if forced is None else forced}"
 
 
 def compile_trusted(llvm_ir: str) -> bytes:
@@ -274,20 +311,21 @@ def compile_trusted(llvm_ir: str) -> bytes:
         return llvm_worker.optimize_and_emit(llvm_ir, cpu_name(), opt_level(), True)[1]
 
 
-def optimize(llvm_ir: str, kernel: str) -> str:
+def optimize(llvm_ir: str, kernel: str, codegen: int = 3) -> str:
     """Verify and optimise (O1 with loop and SLP vectorisation); returns the optimised IR text.
+    Code generation at level `codegen` (see `codegen_level`).
 
     The object code is emitted at the same time and kept for `emit_object` of the same text.
     """
-    cpu, opt = cpu_name(), opt_level()
+    cpu, opt, cg = cpu_name(), opt_level(), codegen
     try:
-        text, obj = _run(("optimize", llvm_ir, cpu, opt, True), kernel)
+        text, obj = _run(("optimize", llvm_ir, cpu, opt, True, cg), kernel)
     except WorkerFailed as first:
         what = (f"LLVM did not finish optimising kernel '{kernel}' within {_timeout():.0f} s" if first.timed_out
                 else f"LLVM crashed while vectorising kernel '{kernel}' (an LLVM bug)")
         warnings.warn(f"{what}; compiling it without loop vectorisation", stacklevel=2)
         try:
-            text, obj = _run(("optimize", llvm_ir, cpu, opt, False), kernel)
+            text, obj = _run(("optimize", llvm_ir, cpu, opt, False, cg), kernel)
         except WorkerFailed as second:
             if second.timed_out:
                 raise NMPCompilationError(
@@ -303,14 +341,14 @@ def optimize(llvm_ir: str, kernel: str) -> str:
     return text
 
 
-def emit_object(llvm_ir: str, kernel: str = "") -> bytes:
+def emit_object(llvm_ir: str, kernel: str = "", codegen: int = 3) -> bytes:
     """The object file for optimised IR text (emitted by `optimize`, or now for other text)."""
     with _lock:
         obj = _objects.pop(_ir_key(llvm_ir), None)
     if obj is not None:
         return obj
     try:
-        return _run(("emit", llvm_ir, cpu_name()), kernel)[1]
+        return _run(("emit", llvm_ir, cpu_name(), codegen), kernel)[1]
     except WorkerFailed:
         raise NMPCompilationError("LLVM crashed while emitting the object of this kernel (an LLVM bug)",
                                   kernel=kernel) from None

@@ -3,8 +3,8 @@
 Contract: run as a script (`python llvm_worker.py`), it reads requests from stdin and writes replies
 to stdout, each a length-prefixed pickle (8-byte little-endian length, then the payload):
 
-    request  ("optimize", llvm_ir, cpu, opt_level, vectorize) -> ("ok", optimised_ir, object_bytes)
-             ("emit", llvm_ir, cpu)                            -> ("ok", llvm_ir, object_bytes)
+    request  ("optimize", llvm_ir, cpu, opt_level, vectorize, codegen_level) -> ("ok", optimised_ir, object_bytes)
+             ("emit", llvm_ir, cpu, codegen_level)                            -> ("ok", llvm_ir, object_bytes)
     failure  -> ("error", message)  (the IR does not parse or verify: a compiler bug, reported as such)
 
 It exits when stdin closes (also when its parent dies). It imports only the standard library and
@@ -49,13 +49,14 @@ def set_codegen_options() -> None:
 
 
 @functools.lru_cache(None)
-def target_machine(cpu: str) -> llvm.TargetMachine:
-    """The host target machine for `cpu` (an LLVM CPU name; host features only for the host's own CPU).
-    Made once per CPU name (~1 ms each): a worker serves one request at a time, and in process every
-    LLVM call holds `llvm_target`'s lock."""
+def target_machine(cpu: str, codegen_level: int = 3) -> llvm.TargetMachine:
+    """The host target machine for `cpu` (an LLVM CPU name; host features only for the host's own CPU) whose
+    code generator runs at `codegen_level` (llc's -O0..-O3). Made once per pair (~1 ms each): a worker serves
+    one request at a time, and in process every LLVM call holds `llvm_target`'s lock."""
     target = llvm.Target.from_default_triple()
     features = llvm.get_host_cpu_features().flatten() if cpu == llvm.get_host_cpu_name() else ""
-    return target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="pic", codemodel="default")
+    return target.create_target_machine(cpu=cpu, features=features, opt=codegen_level, reloc="pic",
+                                        codemodel="default")
 
 
 class IRError(Exception):
@@ -71,13 +72,15 @@ def _parse(llvm_ir: str, context: llvm.context.ContextRef) -> llvm.ModuleRef:
     return mod
 
 
-def optimize_and_emit(llvm_ir: str, cpu: str, opt_level: int, vectorize: bool) -> tuple[str, bytes]:
-    """Verify, optimise (O`opt_level` + loop/SLP vectorisation, no unrolling) and emit an object.
+def optimize_and_emit(llvm_ir: str, cpu: str, opt_level: int, vectorize: bool,
+                      codegen_level: int = 3) -> tuple[str, bytes]:
+    """Verify, optimise (O`opt_level` + loop/SLP vectorisation, no unrolling) and emit an object with the code
+    generator at `codegen_level`.
 
     Tile loops have static trip counts; O2/O3 and unrolling cost much compile time for little
     simulation speed. Each call uses its own LLVM context, so calls from several threads never share one.
     """
-    tm = target_machine(cpu)
+    tm = target_machine(cpu, codegen_level)
     mod = _parse(llvm_ir, llvm.create_context())
     pto = llvm.create_pipeline_tuning_options(speed_level=opt_level)
     pto.loop_vectorization = vectorize
@@ -88,9 +91,9 @@ def optimize_and_emit(llvm_ir: str, cpu: str, opt_level: int, vectorize: bool) -
     return str(mod), tm.emit_object(mod)
 
 
-def emit(llvm_ir: str, cpu: str) -> tuple[str, bytes]:
+def emit(llvm_ir: str, cpu: str, codegen_level: int = 3) -> tuple[str, bytes]:
     """The object of already optimised IR text."""
-    tm = target_machine(cpu)
+    tm = target_machine(cpu, codegen_level)
     return llvm_ir, tm.emit_object(_parse(llvm_ir, llvm.create_context()))
 
 

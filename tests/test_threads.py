@@ -94,7 +94,7 @@ def test_worker_crash_is_recovered_with_a_warning(monkeypatch):
     request, calls = llvm_target._Worker.request, []
 
     def dies_first_time(self, req, timeout):
-        calls.append(req[-1])
+        calls.append(req[4])  # ("optimize", ir, cpu, opt_level, vectorize, codegen_level)
         if len(calls) == 1:  # as if LLVM aborted while vectorising: the worker is gone mid-request
             self.proc.kill()
             self.proc.wait()
