@@ -151,3 +151,55 @@ def test_rms_norm_linear_on_one_row_is_one_kernel_matching_eager(fresh_inductor,
         wq, wv = fn(x)
     torch.testing.assert_close(oq.float(), wq.float(), atol=TOL[dtype], rtol=TOL[dtype])
     torch.testing.assert_close(ov.float(), wv.float(), atol=TOL[dtype], rtol=TOL[dtype])
+
+
+@pytest.mark.parametrize("k,n,dtype,bias,block_k,rms", [
+    (512, 512, torch.float16, True, 128, False),   # four K steps of the normalised row, the bias in the prologue
+    (300, 300, torch.bfloat16, True, 128, False),  # K = 2 x 128 + 44: the last step masked, odd share (5 columns)
+    (384, 1000, torch.float32, False, 128, False),  # no linear bias, 16 columns a program
+    (512, 384, torch.float16, False, 256, True),   # RMSNorm
+])
+def test_norm_gemv_k_steps_of_the_row_match_eager(fresh_inductor, k, n, dtype, bias, block_k, rms):
+    """The norm GEMV's K loop over slices of the normalised row (BLOCK_K below K rounded up, one column block of
+    the whole share: `gemm.norm_gemv_tiles`), pinned, against eager."""
+    from triton_nmp.inductor import gemm
+    from triton_nmp.llm.models import _RMSNorm
+    from triton_nmp.target import active_target
+
+    torch.manual_seed(0)
+    norm = _RMSNorm(k, 1e-6).to(dtype) if rms else torch.nn.LayerNorm(k).to(dtype)
+    lin = torch.nn.Linear(k, n, bias=bias).to(dtype)
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+        if not rms:
+            norm.bias.uniform_(-0.5, 0.5)
+    itemsize = dtype.itemsize
+    tiles = gemm.norm_gemv_tiles(n, k, itemsize, itemsize, active_target())
+    tile = next(t for t in tiles if t.block_k == block_k and t.num_stages == 2)
+    assert tile.block_n >= tile.share and tile.block_k < 1 << (k - 1).bit_length()
+
+    def fn(t):
+        return lin(norm(t))
+
+    x = torch.randn(1, 1, k, dtype=dtype) * 3 + 1
+    with choices.pinned_tile(tile):
+        out, rewrites, sel, launches = _compiled(fn, x)
+    assert len(rewrites) == 1 and len(launches) == 1, (rewrites, launches)
+    assert sel[-1].kept == [dict(BLOCK_N=tile.block_n, BLOCK_K=block_k, num_stages=2, SHARE=tile.share)], sel
+    with torch.no_grad():
+        want = fn(x)
+    torch.testing.assert_close(out.float(), want.float(), atol=TOL[dtype], rtol=TOL[dtype])
+
+
+def test_norm_gemv_model_picks_one_block_of_the_share_over_k_steps():
+    """GPT-2's QKV and MLP-up: the model's tile holds a program's whole share in one block (one bias load, one
+    store) and steps over K in the grid-pipelined half of the scratchpad."""
+    from triton_nmp.inductor import gemm
+    from triton_nmp.target import active_target
+
+    spec = active_target()
+    for n, k in ((2304, 768), (3072, 768)):
+        tiles = gemm.norm_gemv_tiles(n, k, 2, 2, spec)
+        best = min(tiles, key=lambda t: gemm.estimate_norm_gemv(t, n, k, 2, 2, "fp16", spec))
+        assert best.block_n >= best.share and best.block_k == 256 and best.num_stages == 2, best
+    assert gemm.norm_gemv_tiles(50257, 768, 2, 2, spec) == []  # the LM head: 1024-column blocks, short K steps

@@ -50,9 +50,10 @@ from dataclasses import dataclass, replace
 
 from triton_nmp.target import TargetSpec
 
-__all__ = ["Tile", "GemvTile", "candidates", "estimate", "estimate_gemv", "gemv_candidates", "gemv_share",
+__all__ = ["Tile", "GemvTile", "candidates", "estimate", "estimate_gemv", "estimate_norm_gemv", "norm_gemv_tiles",
+           "gemv_candidates", "gemv_share",
            "gemv_spm_bytes", "rank", "spm_bytes", "tuned", "prefer_simulated", "MAX_TUNED", "MIN_TUNED",
-           "TUNE_MARGIN", "SIMULATED_MARGIN"]
+           "TUNE_MARGIN", "SIMULATED_MARGIN", "NORM_GEMV_MIN_BLOCK_K"]
 
 BLOCKS_MN = (16, 32, 64, 128, 256)
 BLOCKS_K = (16, 32, 64, 128, 256)
@@ -63,6 +64,7 @@ GEMV_BLOCKS_K = (32, 64, 128, 256, 512, 1024, 2048, 4096)
 MAX_TUNED = 4  # max-autotune simulates at most this many candidates of a matmul ...
 MIN_TUNED = 2  # ... at least this many (when legal) ...
 TUNE_MARGIN = 0.15  # ... and beyond MIN_TUNED only those modelled within this fraction of the best
+NORM_GEMV_MIN_BLOCK_K = 128  # a norm GEMV's one-block tiles need K steps at least this long (or one step)
 SIMULATED_MARGIN = 0.02  # a simulated tile must beat the model's pick by this fraction to replace it
 
 
@@ -234,6 +236,45 @@ def estimate_gemv(t: GemvTile, n: int, k: int, in_bytes: int, out_bytes: int, dt
         cycles += _k_loop(k_steps, a_xfer + a_setup + b_xfer + b_setup, step_compute, t.num_stages)
         cycles += _store(valid * out_bytes, spec)
     return spec.cycles_to_seconds(cycles) + spec.launch_overhead_us * 1e-6
+
+
+def norm_gemv_tiles(n: int, k: int, in_bytes: int, out_bytes: int, spec: TargetSpec) -> list[GemvTile]:
+    """The norm GEMV's tiles (`gemv.norm_gemv_template`): one column block holding the program's whole share
+    (BLOCK_N = the share rounded up to a power of two: one bias load, one epilogue and store, no store between
+    two weight DMAs), multi-buffered K steps of the normalised row (BLOCK_K below k rounded up) or one step,
+    within half the scratchpad with the row's buffers (so the compiler can pipeline the grid loop: its DMA
+    queue overlaps the setups of loads issued together). None when the row does not fit or a block that wide
+    leaves K steps shorter than `NORM_GEMV_MIN_BLOCK_K` (a wide share, the LM head's 786 columns: many short
+    strided steps, each paying a setup; the caller keeps narrow column blocks over one K step there)."""
+    share_pow2 = _pow2_at_least(gemv_share(n, spec))
+    k_pow2 = _pow2_at_least(k)
+    row = k_pow2 * (4 * 3 + in_bytes * 4)  # the fp32 row, its deviations, the scaled row and the inputs
+    tiles = [t for t in gemv_candidates(n, k, in_bytes, out_bytes, spec)
+             if t.block_n == max(16, share_pow2) and (t.num_stages == 2 or t.block_k == k_pow2)
+             and t.block_k >= min(NORM_GEMV_MIN_BLOCK_K, k_pow2)
+             and gemv_spm_bytes(t, in_bytes, out_bytes) + row <= spec.spm_bytes]
+    half = [t for t in tiles if gemv_spm_bytes(t, in_bytes, out_bytes) + row <= spec.spm_bytes // 2]
+    return half or tiles
+
+
+def estimate_norm_gemv(t: GemvTile, n: int, k: int, in_bytes: int, out_bytes: int, dtype: str,
+                       spec: TargetSpec, auto_placement: bool = True) -> float:
+    """Modelled seconds of the norm GEMV with tile `t` (one column block, `norm_gemv_tiles`): the prologue (the
+    row, the norm's weight and bias and the linear's bias loaded together: one setup; the statistics and the
+    normalisation, about 14 vector passes over the row), then the K loop: each step's weight tile (its setup
+    is exposed: the next step's DMA is issued when the step before it starts computing) overlapped with the
+    previous step's product and the two vector passes that take the step's slice of the row, then the last
+    product and the store."""
+    k_pow2 = _pow2_at_least(k)
+    cols = min(t.share, n)
+    k_steps = math.ceil(k / t.block_k)
+    lanes = spec.vector_fp32_lanes
+    prologue = spec.dma_setup_cycles + 3 * k * in_bytes / spec.bank_bytes_per_cycle + 14 * math.ceil(k_pow2 / lanes)
+    slice_passes = 2 * math.ceil(k_pow2 / lanes) if t.block_k < k_pow2 else 0
+    step_compute = t.block_n * t.block_k / spec.peak_macs_per_cycle(dtype) + slice_passes
+    b_xfer, b_setup = _panel_dma(t.block_k * cols * in_bytes, auto_placement, spec)
+    loop = _k_loop(k_steps, b_xfer + b_setup, step_compute, t.num_stages)
+    return spec.cycles_to_seconds(prologue + loop + _store(cols * out_bytes, spec)) + spec.launch_overhead_us * 1e-6
 
 
 def _stage_free(t: Tile | GemvTile) -> Tile | GemvTile:

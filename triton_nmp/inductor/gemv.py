@@ -20,9 +20,12 @@ mm template, and so does prologue fusion (a layer norm's normalisation, an embed
 the activation as it is loaded).
 
 `norm_gemv_template(rms, has_bias)` is the same source with a norm of A inside (`NORM`, see `norm_gemv.py`):
-every program loads A's whole row (`K_POW2` wide, masked), computes the layer norm's mean and rstd (or RMSNorm's
-rstd) in fp32 and normalises it once: the K loop has one step (BLOCK_K = K_POW2, the row is the A tile); the
-linear's bias (`HAS_BIAS`) is added to the accumulator before `store_output`.
+every program loads A's whole row (`K_POW2` wide, masked), the norm's weight and bias and (with one column block,
+BLOCK_N >= SHARE) the linear's bias back to back (one wait), computes the layer norm's mean and rstd (or RMSNorm's
+rstd) in fp32 and normalises the row once; with BLOCK_K < K_POW2 each K step takes its slice of the row (a where
+and a sum over the [K_POW2 / BLOCK_K, BLOCK_K] view, vector work that overlaps the step's weight DMA), else the
+row is the A tile of one K step. The linear's bias (`HAS_BIAS`) is added to the accumulator before
+`store_output`. `norm_gemv.py` picks one column block of the whole share over K steps (`gemm.norm_gemv_tiles`).
 
 It is offered for `mm` and `addmm` with one row known at compile time (`applies`) next to the mm template's
 tiles, with the same extra arguments (epilogue, prefix arguments) as the mm template; `gemm.estimate_gemv`
@@ -81,7 +84,18 @@ _SOURCE = r"""
 {% if NORM %}
     # the layer norm's statistics over A's whole row, by every program (it reads all of A anyway)
     offs_r = tl.arange(0, K_POW2).to(INDEX_DTYPE)
-    x_row = tl.load(A + offs_r * stride_ak, mask=offs_r < K, other=0.0).to(tl.float32)
+    # every load of the prologue first, back to back: their DMAs are issued together, one wait
+    x_in = tl.load(A + offs_r * stride_ak, mask=offs_r < K, other=0.0)
+    nw_in = tl.load(NW + offs_r * stride_nw, mask=offs_r < K, other=0.0)
+{% if not RMS %}
+    nb_in = tl.load(NB + offs_r * stride_nb, mask=offs_r < K, other=0.0)
+{% endif %}
+{% if HAS_BIAS and BLOCK_N >= SHARE %}
+    # one column block (the whole share): the linear's bias too
+    rn_bias = n_start + tl.arange(0, BLOCK_N).to(INDEX_DTYPE)
+    bias_in = tl.load(BIAS + rn_bias * stride_bias, mask=rn_bias < n_end, other=0.0)
+{% endif %}
+    x_row = x_in.to(tl.float32)
 {% if RMS %}
     # RMSNorm: no mean; the scaled row is rounded to A's dtype before the weight, as `(x * rstd).to(dtype) * w`
     rstd = tl.rsqrt(tl.sum(x_row * x_row, 0) / K + EPS)
@@ -90,14 +104,18 @@ _SOURCE = r"""
     x_dev = tl.where(offs_r < K, x_row - mean, 0.0)
     rstd = tl.rsqrt(tl.sum(x_dev * x_dev, 0) / K + EPS)
 {% endif %}
-    # the K loop has one step (BLOCK_K == K_POW2): the row is normalised here, once, rounded as eager rounds it
+    # the row is normalised here, once, rounded as eager rounds it; the K loop takes its BLOCK_K slices
 {% if RMS %}
-    nw_row = tl.load(NW + offs_r * stride_nw, mask=offs_r < K, other=0.0)
-    a_row = (x_row * rstd).to(A.dtype.element_ty) * nw_row
+    a_row = (x_row * rstd).to(A.dtype.element_ty) * nw_in
 {% else %}
-    nw_row = tl.load(NW + offs_r * stride_nw, mask=offs_r < K, other=0.0).to(tl.float32)
-    nb_row = tl.load(NB + offs_r * stride_nb, mask=offs_r < K, other=0.0).to(tl.float32)
-    a_row = (x_dev * rstd * nw_row + nb_row).to(A.dtype.element_ty)
+    a_row = (x_dev * rstd * nw_in.to(tl.float32) + nb_in.to(tl.float32)).to(A.dtype.element_ty)
+{% endif %}
+{% if BLOCK_K < K_POW2 %}
+    # K step k's slice of the normalised row: the row as [K_POW2 // BLOCK_K, BLOCK_K], row k selected by two
+    # vector passes (a where and a sum over the steps, exact: one term is not zero), which overlap the step's
+    # weight DMA; the row stays in the scratchpad, nothing is reloaded
+    a_steps = tl.reshape(a_row, (K_POW2 // BLOCK_K, BLOCK_K))
+    step_ids = tl.arange(0, K_POW2 // BLOCK_K)
 {% endif %}
 {% endif %}
     for n_off in range(0, SHARE, BLOCK_N):
@@ -116,7 +134,9 @@ _SOURCE = r"""
             {% endif %}
             idx_m = rm[None, :]
             idx_n = offs_k[:, None] + (k_idx * BLOCK_K)
-{% if NORM %}
+{% if NORM and BLOCK_K < K_POW2 %}
+            a = tl.sum(tl.where(step_ids[:, None] == k_idx, a_steps, 0.0), 0).to(A.dtype.element_ty)[:, None]
+{% elif NORM %}
             a = a_row[:, None]
 {% else %}
             {{load_input("A", "a", ("idx_m", "idx_n"), mask=None if EVEN_K else "a_mask",
@@ -134,7 +154,9 @@ _SOURCE = r"""
         idx_n = rn[:, None]
         mask = (idx_m < M) & (idx_n < n_end)
 
-{% if HAS_BIAS %}
+{% if HAS_BIAS and BLOCK_N >= SHARE %}
+        acc += bias_in[:, None].to(ACC_TYPE)
+{% elif HAS_BIAS %}
         acc += tl.load(BIAS + rn[:, None] * stride_bias, mask=n_mask[:, None], other=0.0).to(ACC_TYPE)
 {% endif %}
         # inductor generates a suffix
@@ -150,7 +172,9 @@ _SOURCE = r"""
             {% endif %}
             idx_m = rm[:, None]
             idx_n = offs_k[None, :] + (k_idx * BLOCK_K)
-{% if NORM %}
+{% if NORM and BLOCK_K < K_POW2 %}
+            a = tl.sum(tl.where(step_ids[:, None] == k_idx, a_steps, 0.0), 0).to(A.dtype.element_ty)[None, :]
+{% elif NORM %}
             a = a_row[None, :]
 {% else %}
             {{load_input("A", "a", ("idx_m", "idx_n"), mask=None if EVEN_K else "a_mask",
@@ -168,7 +192,9 @@ _SOURCE = r"""
         idx_n = rn[None, :]
         mask = (idx_m < M) & (idx_n < n_end)
 
-{% if HAS_BIAS %}
+{% if HAS_BIAS and BLOCK_N >= SHARE %}
+        acc += bias_in[None, :].to(ACC_TYPE)
+{% elif HAS_BIAS %}
         acc += tl.load(BIAS + rn[None, :] * stride_bias, mask=n_mask[None, :], other=0.0).to(ACC_TYPE)
 {% endif %}
         # inductor generates a suffix

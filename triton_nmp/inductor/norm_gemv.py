@@ -269,7 +269,7 @@ def _lower(x: Any, norm_weight: Any, norm_bias: Any | None, eps: float, w: Any, 
     from triton_nmp.target import active_target
 
     from . import gemm
-    from .choices import _column_major, record_selection
+    from .choices import _PINNED, _column_major, record_selection
     from .gemv import norm_gemv_template
 
     size = [int(s) for s in x.get_size()]
@@ -286,15 +286,20 @@ def _lower(x: Any, norm_weight: Any, norm_bias: Any | None, eps: float, w: Any, 
     dname = {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(dtype, "fp32")
     auto = default_policy() == "auto"
     k_pow2 = _pow2(k)
-    # One K step (the rewrite only takes shapes that have such tiles): the row is normalised once, not reloaded
-    # slice by slice, and the column-block loop becomes the pipelined one (multi-buffered weight panels, each
-    # block's DMA behind the previous block's product). `estimate_gemv` models the K loop's pipeline, not that
-    # one: it ranks one 64-column block first, which measured slower (GPT-2 decode, all layer-norm GEMVs of a
-    # step: 64 columns 1 stage 500.5 us, 16 columns 2 stages 478.1 us), so narrow multi-buffered blocks come first.
-    tiles = _one_step_tiles(n, k, itemsize)
-    scored = sorted(((gemm.estimate_gemv(t, n, k, itemsize, itemsize, dname, spec, auto), t) for t in tiles),
-                    key=lambda e: (e[1].num_stages < 2, e[1].block_n, e[0]))
-    kept = scored[:1]  # by that rule in every mode: max-autotune simulates nothing for these
+    # One column block holding the whole share, K steps of the normalised row (`gemm.norm_gemv_tiles`, ranked by
+    # `gemm.estimate_norm_gemv`). It was narrow column blocks over one K step (16 columns, 2 stages): a store and a
+    # bias load between two blocks' weight DMAs left every DMA but the first exposed (GPT-2 QKV 9.91 -> 9.54 us
+    # alone, see benchmarks/README.md).
+    tiles = gemm.norm_gemv_tiles(n, k, itemsize, itemsize, spec)
+    scored = sorted(((gemm.estimate_norm_gemv(t, n, k, itemsize, itemsize, dname, spec, auto), t) for t in tiles),
+                    key=lambda e: (e[0], e[1]))
+    if not scored:  # no single block fits with the row: narrow multi-buffered blocks over one K step
+        scored = sorted(((gemm.estimate_gemv(t, n, k, itemsize, itemsize, dname, spec, auto), t)
+                         for t in _one_step_tiles(n, k, itemsize)),
+                        key=lambda e: (e[1].num_stages < 2, e[1].block_n, e[0]))
+    kept = scored[:1]  # in every mode: max-autotune simulates nothing for these
+    pinned = [e for e in scored if _PINNED and e[1] == _PINNED[-1]]
+    kept = pinned or kept  # `choices.pinned_tile` (tests, tile checks): one of the tiles above
     template = norm_gemv_template(rms, bias is not None)
     record_selection("rms_norm_gemv" if rms else "layer_norm_gemv", 1, n, k, 1, dname, len(scored), kept, template.name)
     b_columns = _column_major(mat2)
