@@ -260,17 +260,19 @@ def norm_gemv_tiles(n: int, k: int, in_bytes: int, out_bytes: int, spec: TargetS
 def estimate_norm_gemv(t: GemvTile, n: int, k: int, in_bytes: int, out_bytes: int, dtype: str,
                        spec: TargetSpec, auto_placement: bool = True) -> float:
     """Modelled seconds of the norm GEMV with tile `t` (one column block, `norm_gemv_tiles`): the prologue (the
-    row, the norm's weight and bias and the linear's bias loaded together: one setup; the statistics and the
-    normalisation, about 14 vector passes over the row), then the K loop: each step's weight tile (its setup
-    is exposed: the next step's DMA is issued when the step before it starts computing) overlapped with the
-    previous step's product and the two vector passes that take the step's slice of the row, then the last
-    product and the store."""
+    row, the norm's weight and bias and the linear's bias loaded together: one setup; the statistics, about 8
+    vector passes over the row, and with one K step the normalisation, 6 more), then the K loop: each step's
+    weight tile (its setup is exposed: the next step's DMA is issued when the step before it starts computing)
+    overlapped with the previous step's product and the step's normalisation of its slice (three slices taken
+    by two passes over the row each, 6 passes over the slice), then the last product and the store."""
     k_pow2 = _pow2_at_least(k)
     cols = min(t.share, n)
     k_steps = math.ceil(k / t.block_k)
     lanes = spec.vector_fp32_lanes
-    prologue = spec.dma_setup_cycles + 3 * k * in_bytes / spec.bank_bytes_per_cycle + 14 * math.ceil(k_pow2 / lanes)
-    slice_passes = 2 * math.ceil(k_pow2 / lanes) if t.block_k < k_pow2 else 0
+    row_pass = math.ceil(k_pow2 / lanes)
+    sliced = t.block_k < k_pow2
+    prologue = spec.dma_setup_cycles + 3 * k * in_bytes / spec.bank_bytes_per_cycle + (8 if sliced else 14) * row_pass
+    slice_passes = 6 * row_pass + 6 * math.ceil(t.block_k / lanes) if sliced else 0
     step_compute = t.block_n * t.block_k / spec.peak_macs_per_cycle(dtype) + slice_passes
     b_xfer, b_setup = _panel_dma(t.block_k * cols * in_bytes, auto_placement, spec)
     loop = _k_loop(k_steps, b_xfer + b_setup, step_compute, t.num_stages)

@@ -22,10 +22,12 @@ the activation as it is loaded).
 `norm_gemv_template(rms, has_bias)` is the same source with a norm of A inside (`NORM`, see `norm_gemv.py`):
 every program loads A's whole row (`K_POW2` wide, masked), the norm's weight and bias and (with one column block,
 BLOCK_N >= SHARE) the linear's bias back to back (one wait), computes the layer norm's mean and rstd (or RMSNorm's
-rstd) in fp32 and normalises the row once; with BLOCK_K < K_POW2 each K step takes its slice of the row (a where
-and a sum over the [K_POW2 / BLOCK_K, BLOCK_K] view, vector work that overlaps the step's weight DMA), else the
-row is the A tile of one K step. The linear's bias (`HAS_BIAS`) is added to the accumulator before
-`store_output`. `norm_gemv.py` picks one column block of the whole share over K steps (`gemm.norm_gemv_tiles`).
+rstd) in fp32; with BLOCK_K < K_POW2 each K step normalises its own slice of the row after issuing its weight
+load (the slices of the deviations, the norm's weight and bias taken by a where and a sum over their
+[K_POW2 / BLOCK_K, BLOCK_K] views: vector work under the next step's weight DMA, not before the first one), else
+the row is normalised once and is the A tile of one K step. The linear's bias (`HAS_BIAS`) is added to the
+accumulator before `store_output`. `norm_gemv.py` picks one column block of the whole share over K steps
+(`gemm.norm_gemv_tiles`).
 
 It is offered for `mm` and `addmm` with one row known at compile time (`applies`) next to the mm template's
 tiles, with the same extra arguments (epilogue, prefix arguments) as the mm template; `gemm.estimate_gemv`
@@ -104,18 +106,26 @@ _SOURCE = r"""
     x_dev = tl.where(offs_r < K, x_row - mean, 0.0)
     rstd = tl.rsqrt(tl.sum(x_dev * x_dev, 0) / K + EPS)
 {% endif %}
-    # the row is normalised here, once, rounded as eager rounds it; the K loop takes its BLOCK_K slices
+{% if BLOCK_K < K_POW2 %}
+    # K steps: step k normalises its BLOCK_K slice of the row (the same elementwise ops and roundings as the whole
+    # row), vector work that overlaps the step's weight DMA instead of running before the first one. A slice is
+    # taken from the row in the scratchpad as [K_POW2 // BLOCK_K, BLOCK_K], its row k selected by a where and a
+    # sum over the steps (exact: one term is not zero); nothing is reloaded
+    step_ids = tl.arange(0, K_POW2 // BLOCK_K)
+{% if RMS %}
+    x_steps = tl.reshape(x_row, (K_POW2 // BLOCK_K, BLOCK_K))
+{% else %}
+    x_steps = tl.reshape(x_dev, (K_POW2 // BLOCK_K, BLOCK_K))
+    nb_steps = tl.reshape(nb_in, (K_POW2 // BLOCK_K, BLOCK_K))
+{% endif %}
+    nw_steps = tl.reshape(nw_in, (K_POW2 // BLOCK_K, BLOCK_K))
+{% else %}
+    # one K step: the row is normalised here, once, rounded as eager rounds it
 {% if RMS %}
     a_row = (x_row * rstd).to(A.dtype.element_ty) * nw_in
 {% else %}
     a_row = (x_dev * rstd * nw_in.to(tl.float32) + nb_in.to(tl.float32)).to(A.dtype.element_ty)
 {% endif %}
-{% if BLOCK_K < K_POW2 %}
-    # K step k's slice of the normalised row: the row as [K_POW2 // BLOCK_K, BLOCK_K], row k selected by two
-    # vector passes (a where and a sum over the steps, exact: one term is not zero), which overlap the step's
-    # weight DMA; the row stays in the scratchpad, nothing is reloaded
-    a_steps = tl.reshape(a_row, (K_POW2 // BLOCK_K, BLOCK_K))
-    step_ids = tl.arange(0, K_POW2 // BLOCK_K)
 {% endif %}
 {% endif %}
     for n_off in range(0, SHARE, BLOCK_N):
@@ -134,11 +144,9 @@ _SOURCE = r"""
             {% endif %}
             idx_m = rm[None, :]
             idx_n = offs_k[:, None] + (k_idx * BLOCK_K)
-{% if NORM and BLOCK_K < K_POW2 %}
-            a = tl.sum(tl.where(step_ids[:, None] == k_idx, a_steps, 0.0), 0).to(A.dtype.element_ty)[:, None]
-{% elif NORM %}
+{% if NORM and BLOCK_K == K_POW2 %}
             a = a_row[:, None]
-{% else %}
+{% elif not NORM %}
             {{load_input("A", "a", ("idx_m", "idx_n"), mask=None if EVEN_K else "a_mask",
                          indent_width=12, index_shape=("BLOCK_K", "1"))}}
 {% endif %}
@@ -147,6 +155,18 @@ _SOURCE = r"""
             idx_n = rn[:, None]
             {{load_input("B", "b", ("idx_m", "idx_n"), mask="b_mask",
                          indent_width=12, index_shape=("BLOCK_N", "BLOCK_K"))}}
+{% if NORM and BLOCK_K < K_POW2 %}
+            # the slice after the step's weight load: its DMA is issued before the vector work
+            in_step = step_ids[:, None] == k_idx
+            x_k = tl.sum(tl.where(in_step, x_steps, 0.0), 0)
+            nw_k = tl.sum(tl.where(in_step, nw_steps, 0.0), 0).to(NW.dtype.element_ty)
+{% if RMS %}
+            a = ((x_k * rstd).to(A.dtype.element_ty) * nw_k)[:, None]
+{% else %}
+            nb_k = tl.sum(tl.where(in_step, nb_steps, 0.0), 0).to(NB.dtype.element_ty)
+            a = (x_k * rstd * nw_k.to(tl.float32) + nb_k.to(tl.float32)).to(A.dtype.element_ty)[:, None]
+{% endif %}
+{% endif %}
 
             acc += tl.dot(b, a, allow_tf32=ALLOW_TF32, out_dtype=ACC_TYPE)
 
@@ -172,11 +192,9 @@ _SOURCE = r"""
             {% endif %}
             idx_m = rm[:, None]
             idx_n = offs_k[None, :] + (k_idx * BLOCK_K)
-{% if NORM and BLOCK_K < K_POW2 %}
-            a = tl.sum(tl.where(step_ids[:, None] == k_idx, a_steps, 0.0), 0).to(A.dtype.element_ty)[None, :]
-{% elif NORM %}
+{% if NORM and BLOCK_K == K_POW2 %}
             a = a_row[None, :]
-{% else %}
+{% elif not NORM %}
             {{load_input("A", "a", ("idx_m", "idx_n"), mask=None if EVEN_K else "a_mask",
                          indent_width=12, index_shape=("1", "BLOCK_K"))}}
 {% endif %}
@@ -185,6 +203,18 @@ _SOURCE = r"""
             idx_n = rn[None, :]
             {{load_input("B", "b", ("idx_m", "idx_n"), mask="b_mask",
                          indent_width=12, index_shape=("BLOCK_K", "BLOCK_N"))}}
+{% if NORM and BLOCK_K < K_POW2 %}
+            # the slice after the step's weight load: its DMA is issued before the vector work
+            in_step = step_ids[:, None] == k_idx
+            x_k = tl.sum(tl.where(in_step, x_steps, 0.0), 0)
+            nw_k = tl.sum(tl.where(in_step, nw_steps, 0.0), 0).to(NW.dtype.element_ty)
+{% if RMS %}
+            a = ((x_k * rstd).to(A.dtype.element_ty) * nw_k)[None, :]
+{% else %}
+            nb_k = tl.sum(tl.where(in_step, nb_steps, 0.0), 0).to(NB.dtype.element_ty)
+            a = (x_k * rstd * nw_k.to(tl.float32) + nb_k.to(tl.float32)).to(A.dtype.element_ty)[None, :]
+{% endif %}
+{% endif %}
 
             acc += tl.dot(a, b, allow_tf32=ALLOW_TF32, out_dtype=ACC_TYPE)
 
