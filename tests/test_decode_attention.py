@@ -51,9 +51,11 @@ def test_fp16_decode_attention_is_one_kernel_pair_and_matches_eager(fresh_induct
     pos = torch.tensor([100])
     out, done, kernels = _compiled(_decode, q, kc, vc, pos)
     rows = chunk_rows(kv_heads, T, 64, 64, 16, 100)
+    causal = ", causal mask from the position, q in one load" if heads == kv_heads else ""  # `_partial_runs` only
     assert done == [f"decode attention: {heads} heads (rep {heads // kv_heads}), {T} positions, head dim 64, "
-                    f"{T // rows} chunks of {rows} rows"]
+                    f"{T // rows} chunks of {rows} rows{causal}"]
     assert kernels.count("_partial_runs" if heads == kv_heads else "_partial") == 1  # one query row: a run per PU
+    assert (len([k for k in kernels if "masked_fill" in k]) == 0) == (heads == kv_heads), kernels
     assert kernels.count("_combine") == 1
     assert not any("bmm" in k or "softmax" in k for k in kernels)  # Inductor's reductions are gone
     torch.testing.assert_close(out.float(), _decode(q, kc, vc, pos).float(), atol=2e-3, rtol=2e-3)
@@ -155,19 +157,53 @@ def test_grouped_heads_skip_masked_chunks(fresh_inductor):
 
 def test_one_mask_kernel_for_every_layer(fresh_inductor):
     """Inductor computes an unrealized pointwise input of a user kernel into a new buffer per call: the pass
-    fixes the mask's strides once, so two layers' attentions read one mask computed by one kernel."""
+    fixes the mask's strides once, so two layers' attentions read one mask computed by one kernel (a mask that is
+    not `arange <= pos`: here the positions from `lo` on)."""
     q, kc, vc = _inputs(12, 12, torch.float16)
 
-    def two_layers(q, k, v, pos):
-        keep = torch.arange(k.shape[2])[None, :] <= pos[:, None]
+    def two_layers(q, k, v, lo):
+        keep = torch.arange(k.shape[2])[None, :] >= lo[:, None]
         mask = torch.zeros(keep.shape).masked_fill(~keep, float("-inf"))
         return _attend(_attend(q, k, v, mask), k, v, mask)
 
-    pos = torch.tensor([70])
-    out, done, kernels = _compiled(two_layers, q, kc, vc, pos)
-    assert len(done) == 2 and kernels.count("_partial_runs") == 2
+    lo = torch.tensor([70])
+    out, done, kernels = _compiled(two_layers, q, kc, vc, lo)
+    assert len(done) == 2 and kernels.count("_partial_runs") == 2 and not any("causal" in r for r in done)
     assert len([k for k in kernels if "masked_fill" in k]) == 1, kernels
-    torch.testing.assert_close(out.float(), two_layers(q, kc, vc, pos).float(), atol=2e-3, rtol=2e-3)
+    torch.testing.assert_close(out.float(), two_layers(q, kc, vc, lo).float(), atol=2e-3, rtol=2e-3)
+
+
+def test_a_causal_mask_is_taken_from_the_position_at_every_position(fresh_inductor):
+    """`zeros.masked_fill(~(arange(T) <= pos), -inf)` of a graph input `pos` is not computed nor read: `_partial_runs`
+    bounds its rows by pos itself (no mask kernel, no mask bytes moved) and equals eager at the first position,
+    both sides of a chunk boundary, the last one, and past both ends (no position left: NaN as eager; all left).
+    Masks it must not take for causal (the same shape from another position, or `<` instead of `<=`) are read."""
+    q, kc, vc = _inputs(12, 12, torch.float16)
+    f = torch.compile(_decode, backend="nmp")
+    rows = chunk_rows(12, T, 64, 64, 16, 100)
+    before = len(rewrites())
+    for pos in (0, rows - 1, rows, T - 1, T + 5, -1):
+        p = torch.tensor([pos])
+        with triton_nmp.profile() as prof:
+            out = f(q, kc, vc, p)
+        torch.testing.assert_close(out.float(), _decode(q, kc, vc, p).float(), atol=2e-3, rtol=2e-3, equal_nan=True)
+        assert out.isnan().all() == (pos < 0)
+        kernels = [r.kernel for r in prof.launches]
+        assert kernels == ["_partial_runs", "_combine"], kernels
+    assert rewrites()[before:] and all("causal mask from the position" in r for r in rewrites()[before:])
+
+    def strict(q, k, v, pos):  # positions before pos only: not the causal pattern
+        keep = torch.arange(k.shape[2])[None, :] < pos[:, None]
+        return _attend(q, k, v, torch.zeros(keep.shape).masked_fill(~keep, float("-inf")))
+
+    def shifted(q, k, v, pos):  # a computed position: read as a mask
+        return _decode(q, k, v, pos + 1)
+
+    for fn in (strict, shifted):
+        p = torch.tensor([rows])
+        out, done, kernels = _compiled(fn, q, kc, vc, p)
+        assert len(done) == 1 and "causal" not in done[0] and any("masked_fill" in k or "lt" in k for k in kernels)
+        torch.testing.assert_close(out.float(), fn(q, kc, vc, p).float(), atol=2e-3, rtol=2e-3)
 
 
 def _write_and_attend(q, kc, vc, kn, vn, pos):
@@ -234,3 +270,41 @@ def test_a_position_outside_the_cache_is_an_error(fresh_inductor):
     with pytest.raises(triton_nmp.errors.NMPDeviceAssertError,
                        match=r"kernel '_partial(_runs)?': device assertion failed \(index out of bounds: pos outside"):
         f(q, kc.clone(), vc.clone(), kn, vn, torch.tensor([T]))
+
+
+@pytest.mark.parametrize("heads", [12, 24])
+def test_q_and_new_rows_of_one_projection_are_loaded_together(fresh_inductor, heads):
+    """q, k and v split from one projection (GPT-2's c_attn): `_partial_runs` reads a run's q rows and the new K
+    and V rows in one load from the projection's output (both heads of a run crossing a head's end); the result
+    and the written caches equal eager's at the first row, both sides of a chunk boundary and the last row."""
+    d = 64
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(1, 1, 32, generator=g).to(torch.float16)
+    w = (torch.randn(32, 3 * heads * d, generator=g) / 8).to(torch.float16)
+    kc = torch.randn(1, heads, T, d, generator=g).to(torch.float16)
+    vc = torch.randn(1, heads, T, d, generator=g).to(torch.float16)
+
+    def step(x, w, kc, vc, pos):
+        q, k, v = (x @ w).split(heads * d, dim=-1)
+        q, k, v = (z.view(1, 1, heads, d).transpose(1, 2) for z in (q, k, v))
+        kc[:, :, pos] = k
+        vc[:, :, pos] = v
+        return _decode(q, kc, vc, pos)
+
+    f = torch.compile(step, backend="nmp")
+    rows = chunk_rows(heads, T, d, 64, 16, 100)
+    before = len(rewrites())
+    for pos in (0, rows - 1, rows, T - 1):
+        p = torch.tensor([pos])
+        kc1, vc1, kc2, vc2 = kc.clone(), vc.clone(), kc.clone(), vc.clone()
+        out = f(x, w, kc1, vc1, p)
+        torch.testing.assert_close(out.float(), step(x, w, kc2, vc2, p).float(), atol=2e-3, rtol=2e-3)
+        # the new rows are the compiled projection's (its rounding, not eager matmul's); every other row untouched
+        torch.testing.assert_close(kc1, kc2, atol=1e-3, rtol=1e-3)
+        torch.testing.assert_close(vc1, vc2, atol=1e-3, rtol=1e-3)
+        others = torch.arange(T) != pos % T
+        assert torch.equal(kc1[:, :, others], kc[:, :, others]) and torch.equal(vc1[:, :, others], vc[:, :, others])
+        assert not torch.equal(kc1[:, :, pos], kc[:, :, pos]) and not torch.equal(vc1[:, :, pos], vc[:, :, pos])
+    done = rewrites()[before:]
+    assert done and all(r.endswith("K/V cache writes folded in, causal mask from the position, q and the new K/V "
+                                   "rows in one load") for r in done), done

@@ -7,8 +7,8 @@ dimension), the softmax statistics over 12 rows (12 programs for 64 PUs), and so
 heuristic into 256 partial sums per output that a fourth kernel adds up, about 25 us per layer for 3 MB of cache.
 
 `DecodeAttentionPass` (installed as `post_grad_custom_pre_pass` by the `nmp` backend) finds that pattern in the
-post-grad graph and replaces it with two Triton kernels, inserted as user-defined kernels
-(`triton_kernel_wrapper_functional`, which Inductor reinplaces and launches like its own):
+post-grad graph and replaces it with two Triton kernels (in `decode_attention_kernels`), inserted as user-defined
+kernels (`triton_kernel_wrapper_functional`, which Inductor reinplaces and launches like its own):
 
 * `_partial`: one program per (KV head, chunk of `BLOCK_T` cache rows) streams its K and V rows (one contiguous
   run each, so automatic placement puts them in one bank and the program on that bank's PU), computes the
@@ -27,11 +27,15 @@ post-grad graph and replaces it with two Triton kernels, inserted as user-define
   loop, so the compiler multi-buffers them (a chunk streams in while the previous one computes): the work
   is bounded by the position without a data-dependent branch around the loads, which in `_partial` keeps the
   simulator from overlapping any of a program's loads with compute. The partials are stored once, after the
-  loop (a store inside it would end the pipeline stage);
+  loop (a store inside it would end the pipeline stage). A causal mask of a graph input `pos`
+  (`arange(T) <= pos`, `_causal_pos`) is not read: the bounds come from `pos` itself and rows past it get -inf,
+  so the mask is not computed either (a DMA or two per program and a launch per step fewer). When q and the new
+  K and V rows are slices of one buffer (a fused qkv projection, `_fused_rows`), a program loads its heads' q, k
+  and v rows in one DMA instead of four (a DMA is ~100 cycles of setup before its bytes);
 * `_combine`: one program per query head rescales the chunks' rows by `exp(m_c - m)` and divides by the sum
   (a skipped chunk's row, never written, has weight 0).
 
-The mask is one buffer for every layer: its strides are fixed once before the calls (`_realized`), else
+A mask that is read is one buffer for every layer: its strides are fixed once before the calls (`_realized`), else
 Inductor's fixed-stride constraint on user-defined kernels computes it again for each layer.
 
 The step's cache writes are folded in when K and V are `index_put(cache, [None, None, pos], new)` of a static
@@ -59,9 +63,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import triton
-import triton.language as tl
 from torch._inductor.custom_graph_pass import CustomGraphPass
+
+from .decode_attention_kernels import _combine, _partial, _partial_runs
 
 __all__ = ["DecodeAttentionPass", "enabled", "chunk_rows", "combine_slices", "rewrites"]
 
@@ -78,205 +82,6 @@ _DTYPES = {torch.float16: 0, torch.bfloat16: 1, torch.float32: 2}
 
 def enabled() -> bool:
     return os.environ.get("TRITON_NMP_DECODE_ATTENTION", "1") != "0"
-
-
-@triton.jit
-def _round(x, DT: tl.constexpr):
-    """`x` (fp32) rounded to the graph's dtype code `DT` (0 fp16, 1 bf16, 2 fp32) and back."""
-    if DT == 0:
-        x = x.to(tl.float16).to(tl.float32)
-    elif DT == 1:
-        x = x.to(tl.bfloat16).to(tl.float32)
-    return x
-
-
-@triton.jit
-def _partial(q_ptr, k_ptr, v_ptr, mask_ptr, o_ptr, ml_ptr, kn_ptr, vn_ptr, pos_ptr,
-             sq_g, sq_d, sk_g, sk_t, sk_d, sv_g, sv_t, sv_d, smask_g, smask_t, skn_g, skn_d, svn_g, svn_d, scale,
-             CHUNKS: tl.constexpr, BLOCK_T: tl.constexpr, D: tl.constexpr, REP: tl.constexpr,
-             SCORE_DT: tl.constexpr, SCALE_MODE: tl.constexpr, HAS_MASK: tl.constexpr, QROWS: tl.constexpr,
-             PER_PU: tl.constexpr, WRITE: tl.constexpr):
-    # programs in runs of PER_PU (the blocked mapping of the cache's chunks onto PUs); a run that crosses a
-    # head's end is rotated so its earliest positions come first: every PU's first program is its chunk most
-    # likely left by the mask (a decode step's chunks past the position do nothing but end a PU's queue)
-    lin = tl.program_id(1) * CHUNKS + tl.program_id(0)
-    first = lin - lin % PER_PU
-    run = tl.minimum(PER_PU, CHUNKS * tl.num_programs(1) - first)
-    wrap = (CHUNKS - first % CHUNKS) % CHUNKS
-    wrap = tl.where(wrap < run, wrap, 0)
-    chunk = first + (lin - first + wrap) % run
-    c = chunk % CHUNKS
-    gkv = chunk // CHUNKS
-    t = c * BLOCK_T + tl.arange(0, BLOCK_T)
-    d = tl.arange(0, D)
-    row = c * 0 - 1  # the cache row this program writes (none: -1)
-    kn = tl.zeros([D], k_ptr.dtype.element_ty)
-    vn = tl.zeros([D], v_ptr.dtype.element_ty)
-    if WRITE:  # the step's `cache[:, :, pos] = new` for K and V, by the program whose chunk holds pos
-        pos = tl.load(pos_ptr).to(tl.int32)
-        pos = tl.where(pos < 0, pos + CHUNKS * BLOCK_T, pos)
-        tl.device_assert((pos >= 0) & (pos < CHUNKS * BLOCK_T), "index out of bounds: pos outside the KV cache")
-        if pos // BLOCK_T == c:
-            kn = tl.load(kn_ptr + gkv * skn_g + d * skn_d)
-            vn = tl.load(vn_ptr + gkv * svn_g + d * svn_d)
-            tl.store(k_ptr + gkv * sk_g + pos * sk_t + d * sk_d, kn)
-            tl.store(v_ptr + gkv * sv_g + pos * sv_t + d * sv_d, vn)
-            row = pos
-    if REP == 1:  # one query row: vector products (the matrix unit would pad it to 16 rows)
-        base = gkv * CHUNKS + c
-        add = tl.zeros([BLOCK_T], tl.float32)
-        if HAS_MASK:
-            add = tl.load(mask_ptr + gkv * smask_g + t * smask_t).to(tl.float32)
-        if tl.max(add, 0) > float("-inf"):  # a chunk the mask leaves some position of: K and V are read
-            k = _with_row(tl.load(k_ptr + gkv * sk_g + t[:, None] * sk_t + d[None, :] * sk_d), t, row, kn,
-                          WRITE).to(tl.float32)
-            v = _with_row(tl.load(v_ptr + gkv * sv_g + t[:, None] * sv_t + d[None, :] * sv_d), t, row, vn,
-                          WRITE).to(tl.float32)
-            q = tl.load(q_ptr + gkv * sq_g + d * sq_d).to(tl.float32)
-            s = _epilogue(tl.sum(k * q[None, :], 1), scale, SCORE_DT, SCALE_MODE) + add
-            m = tl.max(s, 0)
-            p = tl.exp(s - tl.where(m == float("-inf"), 0.0, m))
-            tl.store(o_ptr + base * D + d, tl.sum(p[:, None] * v, 0))
-            tl.store(ml_ptr + base * 2 + tl.arange(0, 2), tl.where(tl.arange(0, 2) == 0, m, tl.sum(p, 0)))
-        else:  # every position masked off: no loads, the chunk's weight is exp(-inf) = 0 (o is not read)
-            tl.store(ml_ptr + base * 2 + tl.arange(0, 2), tl.where(tl.arange(0, 2) == 0, float("-inf"), 0.0))
-    else:  # the query rows of every head sharing this KV head, on the matrix unit (padded to 16 rows)
-        r = tl.arange(0, QROWS)
-        g = gkv * REP + r
-        base = g * CHUNKS + c
-        two = tl.arange(0, 2)
-        add = tl.zeros([QROWS, BLOCK_T], tl.float32)
-        if HAS_MASK:
-            add = tl.load(mask_ptr + g[:, None] * smask_g + t[None, :] * smask_t, mask=r[:, None] < REP,
-                          other=float("-inf")).to(tl.float32)
-        if tl.max(tl.max(add, 1), 0) > float("-inf"):
-            k = _with_row(tl.load(k_ptr + gkv * sk_g + t[:, None] * sk_t + d[None, :] * sk_d), t, row, kn, WRITE)
-            v = _with_row(tl.load(v_ptr + gkv * sv_g + t[:, None] * sv_t + d[None, :] * sv_d), t, row, vn, WRITE)
-            q = tl.load(q_ptr + g[:, None] * sq_g + d[None, :] * sq_d, mask=r[:, None] < REP, other=0.0)
-            s = _epilogue(tl.dot(q.to(k.dtype), tl.trans(k), input_precision="ieee"), scale, SCORE_DT,
-                          SCALE_MODE) + tl.where(r[:, None] < REP, add, 0.0)
-            m = tl.max(s, 1)
-            p = tl.exp(s - tl.where(m == float("-inf"), 0.0, m)[:, None])
-            o = tl.dot(p.to(v.dtype), v, input_precision="ieee")
-            tl.store(o_ptr + base[:, None] * D + d[None, :], o, mask=r[:, None] < REP)
-            tl.store(ml_ptr + base[:, None] * 2 + two[None, :],
-                     tl.where(two[None, :] == 0, m[:, None], tl.sum(p, 1)[:, None]), mask=r[:, None] < REP)
-        else:
-            tl.store(ml_ptr + base[:, None] * 2 + two[None, :],
-                     tl.where(two[None, :] == 0, float("-inf"), 0.0) + tl.zeros([QROWS, 2], tl.float32),
-                     mask=r[:, None] < REP)
-
-
-@triton.jit
-def _partial_runs(q_ptr, k_ptr, v_ptr, mask_ptr, o_ptr, ml_ptr, kn_ptr, vn_ptr, pos_ptr,
-                  sq_g, sq_d, sk_g, sk_t, sk_d, sv_g, sv_t, sv_d, smask_g, smask_t, skn_g, skn_d, svn_g, svn_d, scale,
-                  CHUNKS: tl.constexpr, BLOCK_T: tl.constexpr, D: tl.constexpr,
-                  SCORE_DT: tl.constexpr, SCALE_MODE: tl.constexpr, HAS_MASK: tl.constexpr,
-                  PER_PU: tl.constexpr, RUN: tl.constexpr, TOTAL: tl.constexpr, WRITE: tl.constexpr):
-    # one program per PU: the run of PER_PU chunks [first, first + run) of the cache (chunk `lin` is head
-    # lin // CHUNKS, rows (lin % CHUNKS) * BLOCK_T...), at most two heads A and B (PER_PU <= CHUNKS)
-    first = tl.program_id(0) * PER_PU
-    run = tl.minimum(PER_PU, TOTAL - first)
-    ga = first // CHUNKS
-    gb = (first + run - 1) // CHUNKS
-    d = tl.arange(0, D)
-    jr = tl.arange(0, RUN)
-    gj = (first + jr) // CHUNKS
-    tj = ((first + jr) % CHUNKS)[:, None] * BLOCK_T + tl.arange(0, BLOCK_T)[None, :]
-    # his[j]: one past chunk j's last position the mask leaves; the loop's loads are bounded by it (data loaded
-    # before the loop: the next rows stream in while this step computes), so past a decode step's position
-    # nothing is moved
-    if HAS_MASK:
-        amask = tl.load(mask_ptr + gj[:, None] * smask_g + tj * smask_t, mask=(jr < run)[:, None],
-                        other=float("-inf")).to(tl.float32)
-        his = tl.max(tl.where(amask > float("-inf"), tj, -1), 1) + 1
-    else:
-        his = tl.where(jr < run, tl.max(tj, 1) + 1, 0)
-    hia = tl.max(tl.where(gj == ga, his, 0), 0)
-    hib = tl.max(tl.where(gj == gb, his, 0), 0)
-    qa = tl.load(q_ptr + ga * sq_g + d * sq_d).to(tl.float32)
-    qb = tl.load(q_ptr + gb * sq_g + d * sq_d).to(tl.float32)
-    if WRITE:  # the step's `cache[:, :, pos] = new` for K and V of heads A and B, when the run holds pos's chunk
-        pos = tl.load(pos_ptr).to(tl.int32)
-        pos = tl.where(pos < 0, pos + CHUNKS * BLOCK_T, pos)
-        tl.device_assert((pos >= 0) & (pos < CHUNKS * BLOCK_T), "index out of bounds: pos outside the KV cache")
-        la = ga * CHUNKS + pos // BLOCK_T
-        if (la >= first) & (la < first + run):
-            tl.store(k_ptr + ga * sk_g + pos * sk_t + d * sk_d, tl.load(kn_ptr + ga * skn_g + d * skn_d))
-            tl.store(v_ptr + ga * sv_g + pos * sv_t + d * sv_d, tl.load(vn_ptr + ga * svn_g + d * svn_d))
-        lb = gb * CHUNKS + pos // BLOCK_T
-        if (gb != ga) & (lb >= first) & (lb < first + run):
-            tl.store(k_ptr + gb * sk_g + pos * sk_t + d * sk_d, tl.load(kn_ptr + gb * skn_g + d * skn_d))
-            tl.store(v_ptr + gb * sv_g + pos * sv_t + d * sv_d, tl.load(vn_ptr + gb * svn_g + d * svn_d))
-    m_t = tl.full([RUN], float("-inf"), tl.float32)
-    den_t = tl.zeros([RUN], tl.float32)
-    acc_t = tl.zeros([RUN, D], tl.float32)
-    for j in range(PER_PU):  # one chunk per step: K and V rows below its bound, one DMA each
-        lin = first + j
-        gkv = lin // CHUNKS
-        t0 = lin % CHUNKS * BLOCK_T
-        lim = tl.where(j < run, tl.where(gkv == ga, hia, hib), 0)
-        ts = t0 + tl.arange(0, BLOCK_T)
-        live = ts < lim
-        k = tl.load(k_ptr + gkv * sk_g + ts[:, None] * sk_t + d[None, :] * sk_d, mask=live[:, None], other=0.0)
-        v = tl.load(v_ptr + gkv * sv_g + ts[:, None] * sv_t + d[None, :] * sv_d, mask=live[:, None], other=0.0)
-        if t0 < lim:  # a chunk the mask leaves some row of (the written row is read back from the cache)
-            sel = jr == j
-            q = tl.where(gkv == ga, qa, qb)
-            s = _epilogue(tl.sum(k.to(tl.float32) * q[None, :], 1), scale, SCORE_DT, SCALE_MODE).to(tl.float32)
-            if HAS_MASK:
-                s += tl.sum(tl.where(sel[:, None], amask, 0.0), 0)
-            m = tl.max(s, 0)
-            p = tl.exp(s - tl.where(m == float("-inf"), 0.0, m))
-            den_t = tl.where(sel, tl.sum(p, 0), den_t)
-            acc_t = tl.where(sel[:, None], tl.sum(p[:, None] * v.to(tl.float32), 0)[None, :], acc_t)
-            m_t = tl.where(sel, m, m_t)
-    # chunk lin's partial is row lin of o and ml (one query row per KV head: lin = head * CHUNKS + chunk)
-    tl.store(o_ptr + (first + jr)[:, None] * D + d[None, :], acc_t, mask=(jr < run)[:, None])
-    two = tl.arange(0, 2)
-    tl.store(ml_ptr + (first + jr)[:, None] * 2 + two[None, :],
-             tl.where(two[None, :] == 0, m_t[:, None], den_t[:, None]), mask=(jr < run)[:, None])
-
-
-@triton.jit
-def _with_row(x, t, row, new, WRITE: tl.constexpr):
-    """The chunk `x` ([BLOCK_T, D] rows `t`) with row `row` replaced by `new`: the row this program writes is
-    used as written, without reading back its own store."""
-    if WRITE:
-        if row >= 0:  # only the writing program pays for the select
-            x = tl.where(t[:, None] == row, new[None, :], x)
-    return x
-
-
-@triton.jit
-def _epilogue(s, scale, SCORE_DT: tl.constexpr, SCALE_MODE: tl.constexpr):
-    """The graph's score epilogue on the fp32 dot products `s`: rounded to the bmm's dtype and scaled (the mask
-    is added by the caller)."""
-    s = _round(s, SCORE_DT)
-    if SCALE_MODE == 1:  # scaled in the bmm's dtype, then cast to fp32
-        s = _round(s * scale, SCORE_DT)
-    elif SCALE_MODE == 2:  # cast to fp32, then scaled
-        s = s * scale
-    return s
-
-
-@triton.jit
-def _combine(o_ptr, ml_ptr, out_ptr, so_g, so_d, CHUNKS: tl.constexpr, D: tl.constexpr, DS: tl.constexpr):
-    # program (head, slice of DS output columns): the slices of a head spread over PUs, each reads the head's
-    # chunk statistics and its columns of every chunk's row. (Reading only the chunks up to the last one with a
-    # position left would make the footprint data-dependent, and automatic placement then replicates the output
-    # for the next GEMV, whose storage Inductor reuses for a layer norm's output: 24 us more per step.)
-    g = tl.program_id(0)
-    c = tl.arange(0, CHUNKS)
-    d = tl.program_id(1) * DS + tl.arange(0, DS)
-    two = tl.arange(0, 2)
-    ml = tl.load(ml_ptr + (g * CHUNKS + c[:, None]) * 2 + two[None, :])
-    m = tl.max(tl.where(two[None, :] == 0, ml, float("-inf")), 1)
-    w = tl.exp(m - tl.max(m, 0))
-    den = tl.sum(w * tl.sum(tl.where(two[None, :] == 1, ml, 0.0), 1), 0)
-    o = tl.load(o_ptr + (g * CHUNKS + c[:, None]) * D + d[None, :])
-    o = tl.sum(tl.where(w[:, None] > 0, w[:, None] * o, 0.0), 0) / den  # a masked-off chunk's row is not written
-    tl.store(out_ptr + g * so_g + d * so_d, o.to(out_ptr.dtype.element_ty))
 
 
 def combine_slices(heads: int, d: int, num_pus: int) -> int:
@@ -317,6 +122,7 @@ class _Match:
     mask: torch.fx.Node | None
     mask_strides: tuple[int, int]  # per flattened head, per position
     writes: tuple[_CacheWrite, _CacheWrite] | None = None  # K's and V's cache writes, folded into `_partial`
+    causal_pos: torch.fx.Node | None = None  # the mask is `arange(T) <= pos` of this 1-element graph input
 
 
 @dataclass
@@ -529,6 +335,133 @@ def _gkv_strides(val: torch.Tensor, gkv: int, t: int, d: int) -> tuple[int, int,
     return torch.empty_strided(val.shape, val.stride(), device="meta").view(gkv, t, d).stride()
 
 
+@dataclass
+class _Plan:
+    """How a match is split: heads, positions, head dim, KV heads, chunk rows, chunks, chunks per PU, and whether
+    `_partial_runs` (one program per PU) computes the partials."""
+
+    g: int
+    t: int
+    d: int
+    gkv: int
+    block_t: int
+    chunks: int
+    per_pu: int
+    runs: bool
+
+
+def _plan(mt: _Match) -> _Plan:
+    from triton_nmp.target import active_target
+
+    spec = active_target()
+    g, _, d = _val(mt.pv).shape
+    t = _val(mt.k_src).numel() * mt.rep // (g * d)
+    gkv = g // mt.rep
+    block_t = chunk_rows(gkv, t, d, spec.num_pus, spec.bank_bytes_per_cycle, spec.dma_setup_cycles)
+    chunks = t // block_t
+    per_pu = -(-chunks * gkv // spec.num_pus)
+    return _Plan(g, t, d, gkv, block_t, chunks, per_pu, mt.rep == 1 and per_pu <= chunks)
+
+
+def _causal_pos(mask: torch.fx.Node, t: int) -> torch.fx.Node | None:
+    """The graph input `pos` (one integer) when `mask` is a decode step's causal mask over the cache,
+    `zeros([1, t]).masked_fill(~(arange(t) <= pos), -inf)` (post-grad: `where(~le(iota, pos), -inf, 0)`, or
+    `where(le(iota, pos), 0, -inf)`): `_partial_runs` then bounds its loads by pos itself, with no mask to compute
+    or read. None for any other mask (read as a tensor), and for a computed pos (a user kernel's input is
+    computed into a buffer per call)."""
+    if mask.target != aten.where.self or len(mask.args) != 3:
+        return None
+    cond, keep_val, drop_val = mask.args
+    if isinstance(cond, torch.fx.Node) and cond.target == aten.bitwise_not.default:
+        cond, keep_val, drop_val = cond.args[0], drop_val, keep_val
+    mval = _val(mask)
+    if mval is None or mval.numel() != t or mval.shape[-1] != t or mval.dtype not in _DTYPES:
+        return None
+    if _constant(keep_val) != 0.0 or _constant(drop_val) != float("-inf"):
+        return None
+    if not isinstance(cond, torch.fx.Node) or cond.target != aten.le.Tensor:
+        return None
+    iota, pos = (_strip_views(a) for a in cond.args)
+    if not isinstance(iota, torch.fx.Node) or iota.target != prims.iota.default or tuple(iota.args) != (t,) or \
+            iota.kwargs.get("start", 0) != 0 or iota.kwargs.get("step", 1) != 1:
+        return None
+    pval = _val(pos)
+    if not isinstance(pos, torch.fx.Node) or pos.op != "placeholder" or pval is None or pval.numel() != 1 or \
+            pval.dtype not in (torch.int32, torch.int64):
+        return None
+    # the iota along the mask's last dimension, pos broadcast over it: `le` of [.., t] and [.., 1]
+    if _val(cond.args[0]) is None or _val(cond.args[0]).shape[-1] != t or _val(cond.args[1]).shape[-1] != 1:
+        return None
+    return pos
+
+
+def _constant(n: Any) -> float | None:
+    """The value of a Python scalar or of an `aten.full` node, else None."""
+    if isinstance(n, (int, float)) and not isinstance(n, bool):
+        return float(n)
+    if isinstance(n, torch.fx.Node) and n.target == aten.full.default and isinstance(n.args[1], (int, float)):
+        return float(n.args[1])
+    return None
+
+
+def _strip_views(n: Any) -> Any:
+    """Back through ops that only reshape (whatever their users)."""
+    while isinstance(n, torch.fx.Node) and n.op == "call_function" and n.target in _SHAPE_ONLY:
+        n = n.args[0]
+    return n
+
+
+_INDEXING = _VIEWS | {aten.split.Tensor, aten.split_with_sizes.default, aten.slice.Tensor, operator.getitem}
+
+
+def _rows_of(n: torch.fx.Node, heads: int, d: int) -> tuple[torch.fx.Node, int, int, int] | None:
+    """(base, offset, head stride, column stride), in elements, when the values of `n` (heads x d) are elements
+    `offset + h * head_stride + j * column_stride` of the contiguous node `base` it is taken from by views, splits,
+    slices and clones; None otherwise. Proved by replaying the chain on an index tensor."""
+    chain = []
+    src = n
+    while isinstance(src, torch.fx.Node) and src.op == "call_function" and src.target in _INDEXING:
+        if src.target == operator.getitem and (not isinstance(src.args[0], torch.fx.Node) or src.args[0].target
+                                               not in (aten.split.Tensor, aten.split_with_sizes.default)):
+            return None  # an item of another op's results (a user kernel's outputs)
+        chain.append(src)
+        src = src.args[0]
+    sval = _val(src)
+    if not chain or not isinstance(src, torch.fx.Node) or not isinstance(sval, torch.Tensor) or \
+            not sval.is_contiguous() or \
+            any(not isinstance(s, int) for s in sval.shape) or sval.numel() >= 2**31:
+        return None
+    x = torch.arange(sval.numel(), dtype=torch.int64).view(sval.shape)
+    for node in reversed(chain):
+        x = node.target(x, *node.args[1:], **node.kwargs)
+    if not isinstance(x, torch.Tensor) or x.numel() != heads * d:
+        return None
+    x = x.reshape(heads, d)
+    off = int(x[0, 0])
+    sh = int(x[1, 0]) - off if heads > 1 else d
+    sd = int(x[0, 1]) - off if d > 1 else 1
+    want = off + torch.arange(heads)[:, None] * sh + torch.arange(d)[None, :] * sd
+    return (src, off, sh, sd) if torch.equal(x, want) else None
+
+
+def _fused_rows(mt: _Match, g: int, d: int) -> tuple[torch.fx.Node, int, int] | None:
+    """(base, q's offset, step) when q's rows and the new K and V rows (if written) sit in one buffer, head after
+    head (head stride d, contiguous columns), K's `step` elements after q's and V's `step` after K's, as a fused
+    qkv projection leaves them: `_partial_runs` then loads a run's q, k and v rows in one DMA."""
+    rq = _rows_of(mt.q, g, d)
+    if rq is None or rq[2] != d or rq[3] != 1:
+        return None
+    if mt.writes is None:
+        return rq[0], rq[1], 0
+    rk, rv = _rows_of(mt.writes[0].new, g, d), _rows_of(mt.writes[1].new, g, d)
+    if rk is None or rv is None or rk[0] is not rq[0] or rv[0] is not rq[0] or rk[2:] != (d, 1) or rv[2:] != (d, 1):
+        return None
+    step = rk[1] - rq[1]
+    if step < g * d or rv[1] - rk[1] != step:  # disjoint rows, evenly spaced
+        return None
+    return rq[0], rq[1], step
+
+
 def _replace(graph: torch.fx.Graph, mt: _Match) -> None:
     from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table, triton_kernel_wrapper_functional
 
@@ -536,12 +469,10 @@ def _replace(graph: torch.fx.Graph, mt: _Match) -> None:
 
     spec = active_target()
     oval = _val(mt.pv)
-    g, _, d = oval.shape
-    kval, vval, qval = _val(mt.k_src), _val(mt.v_src), _val(mt.q)
-    t = kval.numel() * mt.rep // (g * d)
-    gkv = g // mt.rep
-    block_t = chunk_rows(gkv, t, d, spec.num_pus, spec.bank_bytes_per_cycle, spec.dma_setup_cycles)
-    chunks = t // block_t
+    qval = _val(mt.q)
+    pl = _plan(mt)
+    g, d, t, gkv, block_t, chunks = pl.g, pl.d, pl.t, pl.gkv, pl.block_t, pl.chunks
+    kval, vval = _val(mt.k_src), _val(mt.v_src)
     sk, sv = _gkv_strides(kval, gkv, t, d), _gkv_strides(vval, gkv, t, d)
     fake = oval.fake_mode
     with fake:
@@ -572,8 +503,9 @@ def _replace(graph: torch.fx.Graph, mt: _Match) -> None:
     with graph.inserting_before(mt.pv):
         o, ml = empty(o_val), empty(ml_val)
         tensors = {"q_ptr": mt.q, "k_ptr": mt.k_src, "v_ptr": mt.v_src, "o_ptr": o, "ml_ptr": ml}
-        consts = {"mask_ptr": None} if mt.mask is None else {}
-        if mt.mask is not None:
+        causal = mt.causal_pos is not None
+        consts = {"mask_ptr": None} if mt.mask is None or causal else {}
+        if mt.mask is not None and not causal:
             tensors["mask_ptr"] = mt.mask
         outs = ["o_ptr", "ml_ptr"]
         skn, svn = (0, 0), (0, 0)
@@ -589,12 +521,28 @@ def _replace(graph: torch.fx.Graph, mt: _Match) -> None:
                       sv_g=sv[0], sv_t=sv[1], sv_d=sv[2], smask_g=mt.mask_strides[0], smask_t=mt.mask_strides[1],
                       skn_g=skn[0], skn_d=skn[1], svn_g=svn[0], svn_d=svn[1], scale=mt.scale,
                       CHUNKS=chunks, BLOCK_T=block_t, D=d, REP=mt.rep, SCORE_DT=_DTYPES[mt.score_dtype],
-                      SCALE_MODE=mt.scale_mode, HAS_MASK=mt.mask is not None,
-                      QROWS=max(16, 1 << (mt.rep - 1).bit_length()), PER_PU=-(-chunks * gkv // spec.num_pus),
+                      SCALE_MODE=mt.scale_mode, HAS_MASK=mt.mask is not None and not causal,
+                      QROWS=max(16, 1 << (mt.rep - 1).bit_length()), PER_PU=pl.per_pu,
                       WRITE=mt.writes is not None)
-        per_pu = consts["PER_PU"]
-        if mt.rep == 1 and per_pu <= chunks:  # one program per PU over its run of chunks
-            consts.update(RUN=1 << (per_pu - 1).bit_length(), TOTAL=chunks * gkv)
+        per_pu = pl.per_pu
+        fused = None
+        if pl.runs:  # one program per PU over its run of chunks
+            same = causal and mt.writes is not None and mt.writes[0].pos is mt.causal_pos
+            if causal and not same:
+                tensors["mpos_ptr"] = mt.causal_pos
+            else:
+                consts["mpos_ptr"] = None
+            consts.update(RUN=1 << (per_pu - 1).bit_length(), TOTAL=chunks * gkv, CAUSAL=causal, SAME_POS=same,
+                          QKV=False, q_off=0, qkv_step=0)
+            fused = _fused_rows(mt, g, d)
+            if fused is not None:  # q (and the new K and V rows) read from their common buffer, one DMA
+                base, q_off, step = fused
+                tensors["q_ptr"] = base
+                for key in ("kn_ptr", "vn_ptr"):
+                    if key in tensors:
+                        del tensors[key]
+                        consts[key] = None
+                consts.update(QKV=True, q_off=q_off, qkv_step=step)
             for key in ("QROWS", "REP"):
                 del consts[key]
             part = hop(_partial_runs, (-(-chunks * gkv // per_pu), 1, 1), tensors, consts, outs)
@@ -612,7 +560,10 @@ def _replace(graph: torch.fx.Graph, mt: _Match) -> None:
                     u.replace_input_with(w.put, part[key])
     mt.pv.replace_all_uses_with(res["out_ptr"])
     _REWRITES.append(f"decode attention: {g} heads (rep {mt.rep}), {t} positions, head dim {d}, "
-                     f"{chunks} chunks of {block_t} rows" + (", K/V cache writes folded in" if mt.writes else ""))
+                     f"{chunks} chunks of {block_t} rows" + (", K/V cache writes folded in" if mt.writes else "")
+                     + (", causal mask from the position" if mt.causal_pos is not None else "")
+                     + ((", q and the new K/V rows in one load" if mt.writes else ", q in one load")
+                        if fused is not None else ""))
 
 
 def _realized(graph: torch.fx.Graph, mask: torch.fx.Node, shared: dict[torch.fx.Node, torch.fx.Node]) -> torch.fx.Node:
@@ -646,7 +597,9 @@ class DecodeAttentionPass(CustomGraphPass):
                     matches.append(mt)
         shared: dict[torch.fx.Node, torch.fx.Node] = {}
         for mt in matches:
-            if mt.mask is not None:
+            if mt.mask is not None and _plan(mt).runs:
+                mt.causal_pos = _causal_pos(mt.mask, _plan(mt).t)
+            if mt.mask is not None and mt.causal_pos is None:
                 mt.mask = _realized(graph, mt.mask, shared)
             _replace(graph, mt)
         if matches:
