@@ -423,6 +423,7 @@ class NMPLauncher(RelayoutSite):
                 c.placement, origin=auto[i][0], chosen=True, provisional=i in sparse),
                 reason=f"{c.reason}; provisional: this launch moves less than half of its bytes" if i in sparse
                 else c.reason) for i, c in memo.items()}
+            choices.update(self._unreplicated_outputs(choices, auto, spec))
         for i, _slot, name in self._ptr_args:
             if i not in todo:
                 continue
@@ -480,6 +481,30 @@ class NMPLauncher(RelayoutSite):
                 relayout.laid_out.add(lookup_token(ptr, nbytes))
             elif site is not None:
                 relayout.provisional_sites.made(lookup_token(ptr, nbytes), site)
+
+    @staticmethod
+    def _unreplicated_outputs(choices: dict[int, Any], auto: dict[int, tuple[int, int]], spec: Any) -> dict[int, Any]:
+        """The choices that would replicate a provisional output of a data-dependent launch (an embedding lookup's
+        row, made again every decode step), laid out as a small written tensor instead: a replicated layout is
+        not learned for the launch that writes it (`relayout.ProvisionalSites`: its stores would go to every
+        bank), so each new output would be re-laid out into a copy per bank again (GPT-2's embedding row, 9.4 us
+        per step). Spread over every bank (or interleaved when larger), the layout is learned and nothing moves."""
+        from triton_nmp import placement as plm
+        from triton_nmp.auto_layout import spread_written
+        from triton_nmp.placement_registry import lookup_token
+
+        out = {}
+        for i, c in choices.items():
+            if c.placement.policy != "replicated" or not relayout.provisional_sites.made_here(lookup_token(*auto[i])):
+                continue
+            ptr, nbytes = auto[i]
+            spread = spread_written(nbytes, spec)
+            placement = (plm.Placement("blocked", None, None, nbytes, ptr, chosen=True) if spread else
+                         plm.Placement("interleaved", None, plm.DEFAULT_GRANULARITY, nbytes, ptr, chosen=True))
+            out[i] = dataclasses.replace(c, placement=placement, spread=spread, reason=(
+                f"{'spread over every bank' if spread else 'interleaved'}, not replicated: a data-dependent launch "
+                f"writes a new one every time and a copy per bank would be laid out again after each ({c.reason})"))
+        return out
 
     def _tensor_of(self, args: Sequence[Any], i: int) -> Any:
         """The torch tensor behind pointer argument i (a descriptor's base), or None."""

@@ -386,6 +386,28 @@ def test_a_data_dependent_launch_makes_its_next_output_in_the_layout_the_last_on
     assert any("the layout this argument was last settled in" in d.why for d in decisions())
 
 
+def test_a_data_dependent_output_every_program_reads_whole_is_spread_not_replicated_and_never_moves_again():
+    # GPT-2's decode: the embedding lookup writes a new row every step and every program of the next GEMV reads
+    # it whole; replicated, it was re-laid out into 64 copies every step (a replicated layout is not learned)
+    n = VEC
+    src = torch.randn(4, n)
+    relayouts, alive = [], []
+    for step in range(3):
+        v = torch.empty(n)
+        alive.append(v)
+        out = torch.empty(64, n)
+        with triton_nmp.profile() as prof:
+            _row_copy_kernel[(1,)](torch.tensor([step]), src, v, N=n)
+            _scale_rows_kernel[(64,)](v, out, N=n)
+        torch.testing.assert_close(out[5], src[step] * 5)
+        settled = lookup(v.data_ptr(), n * 4)
+        assert settled.chosen and not settled.provisional and settled.policy == "blocked"
+        relayouts.append([t for t in prof.transfers if t.kind == "relayout"])
+    assert len(relayouts[0]) == 1 and relayouts[1] == relayouts[2] == []  # the first row moves once, then none
+    (why,) = {d.why for d in decisions() if "not replicated: a data-dependent launch writes a new one" in d.why}
+    assert "spread over every bank" in why
+
+
 def test_an_overwritten_storage_in_another_auto_layout_keeps_it():
     # only replicated and provisional layouts are laid out afresh: re-deciding a reused storage for its writer
     # can cost its readers more

@@ -341,6 +341,11 @@ class ProvisionalSites:
                 return
             _put(self._learned, site, (layout.policy, layout.bank, layout.granularity), self.MAX)
 
+    def made_here(self, token: Any) -> bool:
+        """Whether the provisional tensor `token` was made by a data-dependent launch (and is not settled yet)."""
+        with self._lock:
+            return token is not None and token in self._made
+
     def learned(self, site: Any) -> tuple[str, int | None, int | None] | None:
         """(policy, bank, granularity) the last tensor made at `site` was settled in, or None."""
         with self._lock:
