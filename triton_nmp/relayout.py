@@ -48,7 +48,10 @@ online, by the rule of ski rental: renting costs the gain lost per launch, buyin
   buffer every step, so without memory the same settling move was paid every step (Llama: one score vector
   per layer, ~47 us per token). `provisional_sites` remembers, per site of the data-dependent launch (kernel,
   grid, argument, bytes), the layout its last tensor was settled in; the next tensor made there starts in
-  that layout (still provisional), and a settling launch that chooses the same layout moves nothing.
+  that layout (still provisional), and a settling launch that chooses the same layout moves nothing. A
+  replicated layout is not learned (the data-dependent launch writes the tensor: a store per bank), so the
+  launcher settles such an output in the layout of a small written tensor (spread over every bank) instead of
+  the copy per bank its reader would choose: replicated, GPT-2's embedding row was re-laid out every step.
 * **Not counted:** launches inside a benchmark loop (`driver.benchmarker.do_bench`, used by every tuner):
   a tuner's repetitions are not the workload, and a move inside a timed call would be charged to one
   candidate. Layouts the auto policy gives tensors there are forgotten after the loop, so a cold process
