@@ -57,8 +57,8 @@ def test_replay_charges_one_host_launch_and_a_dispatch_per_further_kernel():
     assert torch.equal(rep, warm) and torch.equal(rep, cap)
     assert (g.replays, g.diverged) == (1, 0)
     summary = p_rep.summary()
-    assert "2 of 3 launches dispatched from replayed launch graphs (mode='reduce-overhead'): 1 us device " \
-           "dispatch each instead of the 5 us host launch" in summary
+    assert "2 of 3 launches dispatched from replayed launch graphs (mode='reduce-overhead' or 'max-autotune'): " \
+           "1 us device dispatch each instead of the 5 us host launch" in summary
     events = [e for e in p_rep.trace_events() if e.get("cat") == "launch"]
     assert [e["args"]["dispatch"] for e in events] == ["host", "graph", "graph"]
 
@@ -171,6 +171,26 @@ def test_torch_compile_reduce_overhead_replays_the_compiled_graph():
     record = triton_nmp.inductor.compiled_graphs()[-2]
     assert record.mode == "reduce-overhead"
     assert "launch graph: 1 replays, 0 diverged" in record.summary()
+
+
+@pytest.mark.parametrize("mode, graphed", [("max-autotune", True), ("max-autotune-no-cudagraphs", False)])
+def test_max_autotune_replays_launch_graphs_as_inductors_mode_uses_cuda_graphs(mode, graphed):
+    # torch._inductor.list_mode_options(): "max-autotune" sets triton.cudagraphs, "max-autotune-no-cudagraphs" not
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.LayerNorm(64))
+    x = torch.randn(2, 32)
+    compiled = torch.compile(model, backend="nmp", mode=mode)
+    with torch.no_grad():
+        ref = model(x)
+        for _ in range(3):
+            with triton_nmp.profile() as prof:
+                out = compiled(x)
+            torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    n = len(prof.launches)
+    assert [r.launch for r in prof.launches] == (["host"] + ["graph"] * (n - 1) if graphed else ["host"] * n)
+    record = triton_nmp.inductor.compiled_graphs()[-1]
+    assert record.mode == mode and (record.launch_graph is not None) == graphed
 
 
 def test_greedy_generation_under_reduce_overhead_gives_eagers_tokens_and_replays_every_decode_step():

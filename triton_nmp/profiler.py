@@ -294,8 +294,8 @@ class Profile:
         if graphed:
             spec = graphed[0].spec
             out.append(f"{len(graphed)} of {len(self.launches)} launches dispatched from replayed launch graphs "
-                       f"(mode='reduce-overhead'): {spec.launch_graph_dispatch_us:g} us device dispatch each instead "
-                       f"of the {spec.launch_overhead_us:g} us host launch")
+                       f"(mode='reduce-overhead' or 'max-autotune'): {spec.launch_graph_dispatch_us:g} us device "
+                       f"dispatch each instead of the {spec.launch_overhead_us:g} us host launch")
         for rec in self.launches:
             if rec.note:
                 out.append(f"note: {rec.kernel}: {rec.note}")

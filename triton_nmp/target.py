@@ -114,7 +114,7 @@ class TargetSpec:
     # of the fields above exactly, so files written before they existed keep their meaning.
     launch_graph_dispatch_us: float = _f(
         1.0, "launch.graph_dispatch_us", "us", _NONNEGATIVE,
-        "device cost per kernel of a replayed launch graph (torch.compile mode='reduce-overhead')",
+        "device cost per kernel of a replayed launch graph (torch.compile mode='reduce-overhead' or 'max-autotune')",
         optional=True, inherit="launch_overhead_us")
     host_write_gb_per_s: float = _f(64.0, "host.write_gb_per_s", "GB/s", _POSITIVE,
                                     "host -> banks link (tensors written in, charged by simulator.transfer)",

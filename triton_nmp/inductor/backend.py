@@ -6,8 +6,9 @@ kernel chosen by nmp's heuristics and cost model: nothing is simulated while com
 cost model's top candidates of each matmul are simulated and the fastest in simulated time wins);
 "reduce-overhead" (default's kernels, each compiled graph run as a launch graph: captured on its first call,
 then replayed with one host launch and a device-side dispatch per further kernel, as CUDA graphs do; see
-`triton_nmp.driver.launch_graph`) and "max-autotune-no-cudagraphs" (max-autotune). `options` are Inductor
-config options, applied over the backend's own.
+`triton_nmp.driver.launch_graph`). As in Inductor's own modes (`torch._inductor.list_mode_options()`),
+"max-autotune" is max-autotune with launch graphs (Inductor's `triton.cudagraphs`) and
+"max-autotune-no-cudagraphs" without. `options` are Inductor config options, applied over the backend's own.
 
 Matmuls and batched matmuls go through Inductor's Triton templates (`max_autotune_gemm_backends="TRITON"`),
 never to host ATen kernels; whatever still runs on the host is counted per graph (`graphs.CompiledGraph`).
@@ -34,6 +35,8 @@ __all__ = ["nmp", "MODES", "config_patches"]
 # (`benchmark_epilogue_fusion`): as in default mode the epilogue is fused (it saves the output's round trip
 # through the banks and a launch), and each fusion benchmark compiled and ran both variants natively per layer
 _MAX_AUTOTUNE = {"max_autotune": True, "benchmark_epilogue_fusion": False}
+# the modes whose compiled graphs replay as launch graphs: Inductor's modes with `triton.cudagraphs`
+LAUNCH_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 MODES: dict[str, dict[str, Any]] = {
     "default": {},
     "reduce-overhead": {},
@@ -136,7 +139,7 @@ def nmp(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str | None = 
     finally:
         record.compile_seconds = time.perf_counter() - t0
         graphs.keep(record)
-    if mode == "reduce-overhead":
+    if mode in LAUNCH_GRAPH_MODES:
         record.launch_graph = LaunchGraph(f"graph {len(graphs.compiled_graphs())}",
                                           tuple(f.op for f in record.host_fallbacks))
         return record.launch_graph.wrap(compiled)

@@ -44,7 +44,7 @@ class CompiledGraph:
     kernels: list[str] = field(default_factory=list)
     host_fallbacks: list[HostFallback] = field(default_factory=list)
     compile_seconds: float = 0.0
-    launch_graph: Any = None  # driver.launch_graph.LaunchGraph under mode="reduce-overhead"
+    launch_graph: Any = None  # driver.launch_graph.LaunchGraph under mode="reduce-overhead" / "max-autotune"
 
     def add_source(self, source: str) -> None:
         """Record one generated wrapper module: its kernels and host fallbacks."""

@@ -2,7 +2,8 @@
 
 Per model and compile mode ("default": one config per kernel from nmp's heuristics and cost model;
 "reduce-overhead": default's kernels, each step replayed as a launch graph (one host launch per step, a device
-dispatch per further kernel); "max-autotune": matmul tiles chosen on simulated time), in fresh processes:
+dispatch per further kernel); "max-autotune": matmul tiles chosen on simulated time, replayed as launch graphs
+too, as Inductor's mode has CUDA graphs; "max-autotune-no-cudagraphs" without), in fresh processes:
 
 * prefill (batch 1, --prompt tokens): simulated ms; decode (one token at position --prompt, attending over the
   static KV cache of --cache positions): simulated us per token;
