@@ -155,25 +155,14 @@ def _partial_runs(q_ptr, k_ptr, v_ptr, mask_ptr, o_ptr, ml_ptr, kn_ptr, vn_ptr, 
     else:
         qa = tl.load(q_ptr + ga * sq_g + d * sq_d).to(tl.float32)
         qb = tl.load(q_ptr + gb * sq_g + d * sq_d).to(tl.float32)
+        x, pr = 0.0, 0  # no fused rows: `_write_new_kv` loads the new rows
     if WRITE:
         if wa:
-            if QKV:
-                kn, _ = _halves(tl.sum(tl.where(pr[:, None] == 1, x, 0.0), 0), D)
-                vn, _ = _halves(tl.sum(tl.where(pr[:, None] == 2, x, 0.0), 0), D)
-            else:
-                kn = tl.load(kn_ptr + ga * skn_g + d * skn_d)
-                vn = tl.load(vn_ptr + ga * svn_g + d * svn_d)
-            tl.store(k_ptr + ga * sk_g + pos * sk_t + d * sk_d, kn.to(k_ptr.dtype.element_ty))
-            tl.store(v_ptr + ga * sv_g + pos * sv_t + d * sv_d, vn.to(v_ptr.dtype.element_ty))
+            _write_new_kv(ga, False, x, pr, pos, d, D, QKV, kn_ptr, skn_g, skn_d, vn_ptr, svn_g, svn_d,
+                          k_ptr, sk_g, sk_t, sk_d, v_ptr, sv_g, sv_t, sv_d)
         if wb:
-            if QKV:
-                _, kn = _halves(tl.sum(tl.where(pr[:, None] == 1, x, 0.0), 0), D)
-                _, vn = _halves(tl.sum(tl.where(pr[:, None] == 2, x, 0.0), 0), D)
-            else:
-                kn = tl.load(kn_ptr + gb * skn_g + d * skn_d)
-                vn = tl.load(vn_ptr + gb * svn_g + d * svn_d)
-            tl.store(k_ptr + gb * sk_g + pos * sk_t + d * sk_d, kn.to(k_ptr.dtype.element_ty))
-            tl.store(v_ptr + gb * sv_g + pos * sv_t + d * sv_d, vn.to(v_ptr.dtype.element_ty))
+            _write_new_kv(gb, True, x, pr, pos, d, D, QKV, kn_ptr, skn_g, skn_d, vn_ptr, svn_g, svn_d,
+                          k_ptr, sk_g, sk_t, sk_d, v_ptr, sv_g, sv_t, sv_d)
     m_t = tl.full([RUN], float("-inf"), tl.float32)
     den_t = tl.zeros([RUN], tl.float32)
     acc_t = tl.zeros([RUN, D], tl.float32)
@@ -204,6 +193,25 @@ def _partial_runs(q_ptr, k_ptr, v_ptr, mask_ptr, o_ptr, ml_ptr, kn_ptr, vn_ptr, 
     two = tl.arange(0, 2)
     tl.store(ml_ptr + (first + jr)[:, None] * 2 + two[None, :],
              tl.where(two[None, :] == 0, m_t[:, None], den_t[:, None]), mask=(jr < run)[:, None])
+
+
+@triton.jit
+def _write_new_kv(g, SECOND: tl.constexpr, x, pr, pos, d, D: tl.constexpr, QKV: tl.constexpr,
+                  kn_ptr, skn_g, skn_d, vn_ptr, svn_g, svn_d, k_ptr, sk_g, sk_t, sk_d, v_ptr, sv_g, sv_t, sv_d):
+    """`cache[g, pos] = new` for K and V of head g: with QKV its new rows are rows 1 and 2 of the fused q/k/v rows
+    `x` (the second half for the run's second head), else they are loaded."""
+    if QKV:
+        ka, kb = _halves(tl.sum(tl.where(pr[:, None] == 1, x, 0.0), 0), D)
+        va, vb = _halves(tl.sum(tl.where(pr[:, None] == 2, x, 0.0), 0), D)
+        if SECOND:
+            kn, vn = kb, vb
+        else:
+            kn, vn = ka, va
+    else:
+        kn = tl.load(kn_ptr + g * skn_g + d * skn_d)
+        vn = tl.load(vn_ptr + g * svn_g + d * svn_d)
+    tl.store(k_ptr + g * sk_g + pos * sk_t + d * sk_d, kn.to(k_ptr.dtype.element_ty))
+    tl.store(v_ptr + g * sv_g + pos * sv_t + d * sv_d, vn.to(v_ptr.dtype.element_ty))
 
 
 @triton.jit
