@@ -101,6 +101,12 @@ def pinned_tile(tile: gemm.Tile | gemm.GemvTile) -> Iterator[None]:
         _PINNED.pop()
 
 
+def with_pin(scored: list[tuple], kept: list[tuple]) -> list[tuple]:
+    """`kept`, or the entry of `scored` (tuples whose second item is the tile) holding the innermost
+    `pinned_tile` when there is one."""
+    return ([e for e in scored if e[1] == _PINNED[-1]] or kept) if _PINNED else kept
+
+
 def _hint(x: Any) -> int:
     from torch._inductor.virtualized import V
 
@@ -280,8 +286,7 @@ class NMPChoices(InductorChoices):
             kept = [scored[j] for j in gemm.tuned([(s, t) for s, t, _ in scored])]
         else:
             kept = scored[:1]
-        if _PINNED:
-            kept = [e for e in scored if e[1] == _PINNED[-1]] or kept
+        kept = with_pin(scored, kept)
         ktcs[kept[0][2]].annotations[_MODEL_PICK] = True  # see `override_best_choice`
         record_selection(op_name, m, n, k, batch, dname, len(scored), [(s, t) for s, t, _ in kept])
         return [ktcs[i] for _, _, i in kept]

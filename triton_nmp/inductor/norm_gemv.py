@@ -269,7 +269,7 @@ def _lower(x: Any, norm_weight: Any, norm_bias: Any | None, eps: float, w: Any, 
     from triton_nmp.target import active_target
 
     from . import gemm
-    from .choices import _PINNED, _column_major, record_selection
+    from .choices import _column_major, record_selection, with_pin
     from .gemv import norm_gemv_template
 
     size = [int(s) for s in x.get_size()]
@@ -297,9 +297,8 @@ def _lower(x: Any, norm_weight: Any, norm_bias: Any | None, eps: float, w: Any, 
         scored = sorted(((gemm.estimate_gemv(t, n, k, itemsize, itemsize, dname, spec, auto), t)
                          for t in _one_step_tiles(n, k, itemsize)),
                         key=lambda e: (e[1].num_stages < 2, e[1].block_n, e[0]))
-    kept = scored[:1]  # in every mode: max-autotune simulates nothing for these
-    pinned = [e for e in scored if _PINNED and e[1] == _PINNED[-1]]
-    kept = pinned or kept  # `choices.pinned_tile` (tests, tile checks): one of the tiles above
+    # in every mode (max-autotune simulates nothing for these), unless `choices.pinned_tile` names one of them
+    kept = with_pin(scored, scored[:1])
     template = norm_gemv_template(rms, bias is not None)
     record_selection("rms_norm_gemv" if rms else "layer_norm_gemv", 1, n, k, 1, dname, len(scored), kept, template.name)
     b_columns = _column_major(mat2)
